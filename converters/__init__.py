@@ -1,0 +1,11 @@
+"""The per-op converters, one module per op family; importing this fills the registry."""
+
+# pylint: disable=unused-import
+from converters import elementwise
+from converters import linalg
+from converters import nn
+from converters import random
+from converters import reductions
+from converters import shapes
+from converters import slicing
+from converters import state

@@ -1,0 +1,1 @@
+"""nn converters (being written)."""

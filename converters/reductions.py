@@ -1,0 +1,1 @@
+"""reductions converters (being written)."""

@@ -1,0 +1,1 @@
+"""state converters (being written)."""

@@ -1,0 +1,7 @@
+"""OpCases for the shapes converters."""
+
+import tensorflow as tf
+
+from tests.converters.op_cases import OpCase
+
+CASES = []

@@ -1,0 +1,336 @@
+"""The user API: pfor and vectorized_map, their argument checks, and the eager cache.
+
+`pfor` traces the body once into a FuncGraph whose input is the loop index, converts it with
+the walker, and tiles invariant outputs to `[n] + shape`. In eager mode the whole conversion
+is wrapped in a `tf.function` that is cached per body, so calling the same pfor again does
+not trace or convert again.
+"""
+
+import collections
+import functools
+import inspect
+import numbers
+import types
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import nest
+
+import converters  # pylint: disable=unused-import  (fills the registry)
+from vectorize import walker
+from vectorize.config import PForConfig
+from vectorize.context import Context, Report
+from vectorize.values import stack, stacked, invariant
+
+_EAGER_CACHE_SIZE = 64
+_eager_cache = collections.OrderedDict()
+_last_report = [None]
+
+
+def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None):
+  """Runs `loop_fn(i)` for i in 0..iters-1 as one vectorized computation.
+
+  Args:
+    loop_fn: `loop_fn(i)` or `loop_fn(i, pfor_config)`, returning a nested structure of
+      tensors, Python scalars and `tf.IndexedSlices` (returned dense). A function, callable
+      object, `functools.partial` or `tf.function`.
+    iters: the number of iterations: a non-negative Python int or a scalar integer tensor.
+    fallback_to_while_loop: when an op cannot be vectorized, run it in a sequential loop
+      (with a warning) instead of raising `ConversionError`.
+    parallel_iterations: if set, the iterations run in chunks of this size, to bound memory.
+
+  Returns:
+    loop_fn's output structure, each tensor with a new leading axis of size `iters`.
+
+  Raises:
+    ValueError / TypeError: bad `iters`, `parallel_iterations` or loop_fn outputs.
+    ConversionError: an op cannot be vectorized and the fallback is off.
+
+  Example:
+    >>> x = tf.random.normal([8, 3])
+    >>> vectorize.pfor(lambda i: tf.reduce_sum(x[i] ** 2), 8)   # shape [8]
+
+  Limits: the body is traced once; Python values it reads are read at trace time, and in
+  eager mode the conversion is cached per body (tensors it captures are keyed by identity).
+  """
+  iters = _check_iters(iters)
+  parallel_iterations = _check_parallel_iterations(parallel_iterations)
+  if not tf.executing_eagerly():
+    return _pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations)
+  static = isinstance(iters, int)
+  key = (_callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
+         parallel_iterations)
+  fn = _cached(key, lambda: _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
+                                                 parallel_iterations))
+  return fn() if static else fn(tf.cast(iters, tf.int32))
+
+
+def vectorized_map(fn, elems, fallback_to_while_loop=True):
+  """`tf.map_fn(fn, elems)` semantics, vectorized: `fn` applies to each slice of `elems`.
+
+  Args:
+    fn: takes one element (elems' structure, the leading axis removed).
+    elems: a nested structure of tensors sharing their leading dimension.
+    fallback_to_while_loop: as in `pfor`.
+
+  Returns:
+    fn's output structure, stacked along a new leading axis.
+
+  Example:
+    >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
+  """
+  if tf.executing_eagerly():
+    key = ("vectorized_map", _callable_key(fn), fallback_to_while_loop)
+    graph_fn = _cached(key, lambda: tf.function(
+        functools.partial(_vectorized_map_in_graph, fn,
+                          fallback_to_while_loop=fallback_to_while_loop), autograph=False))
+    return graph_fn(elems)
+  return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop)
+
+
+def last_report():
+  """The conversion report of the most recent conversion (a `Report`), or None."""
+  return _last_report[0]
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _check_iters(iters):
+  if isinstance(iters, (bool, np.bool_)):
+    raise TypeError(f"iters must be an integer, got the bool {iters!r}.")
+  if isinstance(iters, numbers.Integral):
+    if iters < 0:
+      raise ValueError(f"iters must be non-negative, got {iters}.")
+    return int(iters)
+  if isinstance(iters, (tf.Tensor, tf.Variable, np.ndarray)):
+    t = tf.convert_to_tensor(iters)
+    if not t.dtype.is_integer:
+      raise TypeError(f"iters must be an integer tensor, got dtype {t.dtype.name}.")
+    if t.shape.rank not in (None, 0):
+      raise ValueError(f"iters must be a scalar, got shape {t.shape}.")
+    value = tf.get_static_value(t)
+    if value is not None:
+      return _check_iters(int(value))
+    return t
+  raise TypeError(f"iters must be a non-negative int or a scalar integer tensor, got "
+                  f"{type(iters).__name__} {iters!r}.")
+
+
+def _check_parallel_iterations(parallel_iterations):
+  if parallel_iterations is None:
+    return None
+  if isinstance(parallel_iterations, bool) or not isinstance(parallel_iterations,
+                                                             numbers.Integral):
+    raise TypeError(f"parallel_iterations must be a positive int or None, got "
+                    f"{parallel_iterations!r}.")
+  if parallel_iterations < 1:
+    raise ValueError(f"parallel_iterations must be at least 1, got {parallel_iterations}.")
+  return int(parallel_iterations)
+
+
+# ----------------------------------------------------------------------------- eager cache
+
+def _cached(key, make):
+  fn = _eager_cache.get(key)
+  if fn is None:
+    fn = _eager_cache[key] = make()
+    if len(_eager_cache) > _EAGER_CACHE_SIZE:
+      _eager_cache.popitem(last=False)
+  else:
+    _eager_cache.move_to_end(key)
+  return fn
+
+
+class _Identity:
+  """Keys an object by identity while holding it alive (so its id cannot be reused)."""
+  __slots__ = ("obj",)
+
+  def __init__(self, obj):
+    self.obj = obj
+
+  def __hash__(self):
+    return id(self.obj)
+
+  def __eq__(self, other):
+    return isinstance(other, _Identity) and other.obj is self.obj
+
+
+def _value_key(value):
+  if isinstance(value, (types.ModuleType, type)) or value is None:
+    return value
+  if isinstance(value, (numbers.Number, str, bytes, tf.DType)):
+    return (type(value), value)
+  if callable(value) and hasattr(value, "__code__"):
+    return _callable_key(value)
+  return _Identity(value)
+
+
+def _callable_key(fn):
+  """A key that changes when the body's code or anything it closes over changes."""
+  if isinstance(fn, functools.partial):
+    return ("partial", _callable_key(fn.func), tuple(_value_key(a) for a in fn.args),
+            tuple(sorted((k, _value_key(v)) for k, v in fn.keywords.items())))
+  python_function = getattr(fn, "python_function", None)   # a tf.function
+  if python_function is not None:
+    return ("tf.function", _Identity(fn), _callable_key(python_function))
+  if isinstance(fn, types.MethodType):
+    return ("method", _Identity(fn.__self__), _callable_key(fn.__func__))
+  code = getattr(fn, "__code__", None)
+  if code is None:
+    return ("object", _Identity(fn))
+  closure = tuple(_value_key(c.cell_contents) for c in fn.__closure__ or ())
+  defaults = tuple(_value_key(d) for d in fn.__defaults__ or ())
+  globals_ = tuple((name, _value_key(fn.__globals__[name])) for name in code.co_names
+                   if name in fn.__globals__ and not callable(fn.__globals__[name]))
+  return ("function", code, closure, defaults, globals_)
+
+
+def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations):
+  if static:
+    return tf.function(lambda: _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations),
+                       autograph=False)
+  return tf.function(
+      lambda n: _pfor_in_graph(loop_fn, n, fallback, parallel_iterations),
+      input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
+
+
+# ----------------------------------------------------------------------------- conversion
+
+def _wants_config(loop_fn):
+  target = getattr(loop_fn, "python_function", loop_fn)
+  try:
+    return "pfor_config" in inspect.signature(target).parameters
+  except (TypeError, ValueError):
+    return False
+
+
+@tf.autograph.experimental.do_not_convert
+def _flat_outputs(structure, where):
+  """Flattens loop_fn's outputs to tensors, with a clear error for anything else."""
+  paths_and_leaves = nest.flatten_with_joined_string_paths(structure)
+  tensors = []
+  for path, leaf in paths_and_leaves:
+    path = path or "<top level>"
+    if isinstance(leaf, tf.IndexedSlices):
+      leaf = tf.convert_to_tensor(leaf)
+    elif isinstance(leaf, (tf.SparseTensor, tf.RaggedTensor)):
+      raise TypeError(f"{where} returned a {type(leaf).__name__} at {path}; vectorize "
+                      "supports dense tensors only. Convert it to a dense tensor first.")
+    elif leaf is None:
+      raise TypeError(f"{where} returned None at {path}; return tensors only.")
+    elif not isinstance(leaf, (tf.Tensor, tf.Variable, numbers.Number, np.ndarray, np.generic)):
+      raise TypeError(f"{where} returned an object of type {type(leaf).__name__} at {path}; "
+                      "it must return tensors, Python numbers or numpy values (nested in "
+                      "tuples, lists, dicts or namedtuples).")
+    tensors.append(tf.convert_to_tensor(leaf))
+  return tensors
+
+
+class TracedBody:
+  """The loop body traced once: its FuncGraph, output structure and pfor_config."""
+
+  def __init__(self, loop_fn, name="loop_body"):
+    self.config = PForConfig() if _wants_config(loop_fn) else None
+    self.structure = None
+    where = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
+
+    def body(i):
+      out = loop_fn(i, self.config) if self.config is not None else loop_fn(i)
+      self.structure = out
+      return _flat_outputs(out, where)
+
+    self.graph = tf.function(body, autograph=True).get_concrete_function(
+        tf.TensorSpec([], tf.int32, name="loop_index")).graph
+
+  def convert(self, ctx):
+    """The body's outputs as Values, for the loop of `ctx`."""
+    index = self.graph.inputs[0]
+    captured = {internal.ref(): external for external, internal in self.graph.captures}
+    inputs = [stacked(ctx.indices)]
+    for t in self.graph.inputs[1:]:
+      external = captured.get(t.ref())
+      if external is None:
+        raise ValueError(f"Input {t.name} of the traced body is neither the loop index nor "
+                         "a captured tensor.")
+      inputs.append(invariant(_capture(external)))
+    del index
+    if self.config is not None:
+      ctx.reductions = self.config.reductions
+    outputs, _ = walker.convert_graph(self.graph, inputs, ctx)
+    return outputs
+
+  def pack(self, flat):
+    return tf.nest.pack_sequence_as(self.structure, flat)
+
+
+def _capture(external):
+  graph = tf.compat.v1.get_default_graph()
+  if hasattr(graph, "capture") and (hasattr(external, "numpy") or external.graph is not graph):
+    return graph.capture(external)
+  return external
+
+
+def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
+  body = TracedBody(loop_fn)
+  static_n = iters if isinstance(iters, int) else None
+  n = tf.constant(iters, tf.int32) if static_n is not None else tf.cast(iters, tf.int32)
+  report = Report()
+  _last_report[0] = report
+  chunked = parallel_iterations is not None and (static_n is None or
+                                                 static_n > parallel_iterations)
+  if chunked and body.config is not None and body.config.has_reductions:
+    raise ValueError("pfor_config reductions cannot be combined with parallel_iterations: "
+                     "a reduction needs all iterations at once.")
+  with tf.name_scope("pfor"):
+    if not chunked:
+      ctx = Context(n=n, indices=tf.range(n), static_n=static_n,
+                    fallback_allowed=fallback, report=report)
+      flat = [stack(v, n) for v in body.convert(ctx)]
+    else:
+      flat = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback, report)
+  return body.pack(flat)
+
+
+def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
+  """Converts the body once and runs it over chunks of `chunk_size` iterations.
+
+  Emits a while loop over chunks; each step converts the body for the iterations
+  `[start, min(start + chunk_size, n))` and writes each output's chunk into a TensorArray,
+  concatenated at the end into `[n] + shape`.
+  """
+  dtypes = [t.dtype for t in body.graph.outputs]
+  shapes = [t.shape for t in body.graph.outputs]
+
+  def step(start, *arrays):
+    size = tf.minimum(chunk_size, n - start)
+    ctx = Context(n=size, indices=tf.range(start, start + size), static_n=None,
+                  fallback_allowed=fallback, report=report)
+    outs = [stack(v, size) for v in body.convert(ctx)]
+    return (start + chunk_size,) + tuple(
+        a.write(start // chunk_size, o) for a, o in zip(arrays, outs))
+
+  num_chunks = (n + chunk_size - 1) // chunk_size
+  arrays = tuple(tf.TensorArray(d, size=num_chunks, infer_shape=False) for d in dtypes)
+  results = tf.while_loop(lambda start, *_: start < n, step, (tf.constant(0),) + arrays)
+  flat = []
+  for a, shape in zip(results[1:], shapes):
+    t = a.concat()
+    t.set_shape(tf.TensorShape([static_n]).concatenate(shape))
+    flat.append(t)
+  return flat
+
+
+def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True):
+  elems = tf.nest.map_structure(tf.convert_to_tensor, elems)
+  flat = tf.nest.flatten(elems)
+  if not flat:
+    raise ValueError("vectorized_map needs at least one tensor in elems.")
+  first = flat[0]
+  if first.shape.rank == 0:
+    raise ValueError("vectorized_map's elems must have a leading axis; got a scalar.")
+  n = first.shape[0] if first.shape[0] is not None else tf.shape(first)[0]
+
+  def loop_fn(i):
+    return fn(tf.nest.map_structure(lambda e: tf.gather(e, i), elems))
+
+  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None)

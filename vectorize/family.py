@@ -1,0 +1,106 @@
+"""Family helpers: one converter shape registered for many op types.
+
+Most ops need no hand-written converter. Elementwise ops broadcast once stacked inputs are
+padded after the loop axis; ops that accept any leading batch dims take the stacked input as
+is; reductions and other axis-taking ops see their axis shifted past the loop axis; ops with
+exactly one batch axis (conv, pool) get the loop axis folded into it and split back after.
+"""
+
+from vectorize import fallback
+from vectorize import values
+from vectorize.errors import Unvectorizable
+from vectorize.registry import register
+from vectorize.values import stacked, invariant
+
+
+def register_elementwise(*op_types):
+  """Ops that broadcast their inputs elementwise: align ranks, re-emit, all outputs stacked."""
+
+  def convert(op):
+    return [stacked(t) for t in op.rebuild(op.align_for_broadcast())]
+
+  register(*op_types)(convert)
+
+
+def register_leading_batch(*op_types, batch_inputs=(0,)):
+  """Ops whose `batch_inputs` accept any number of leading batch dims (the loop axis is one).
+
+  Other inputs must be loop-invariant; every output is stacked.
+  """
+
+  def convert(op):
+    inputs = []
+    for i in range(op.num_inputs):
+      inputs.append(op.stacked(i) if i in batch_inputs else op.invariant(i))
+    return [stacked(t) for t in op.rebuild(inputs)]
+
+  register(*op_types)(convert)
+
+
+def register_axis_shift(*op_types, axis_input=None, axis_attr=None, data_inputs=(0,)):
+  """Ops taking an axis (as input `axis_input` or attr `axis_attr`): shift it past axis 0.
+
+  Data inputs are stacked (tiled if invariant), the axis must be loop-invariant; every
+  output is stacked. Negative axes count from the end and need no shift.
+  """
+
+  def convert(op):
+    inputs = []
+    for i in range(op.num_inputs):
+      if i == axis_input:
+        inputs.append(values.shift_axis(op.invariant(i)))
+      elif i in data_inputs or data_inputs == "all":
+        inputs.append(op.stacked(i))
+      else:
+        inputs.append(op.invariant(i))
+    attrs = {}
+    if axis_attr is not None:
+      attrs[axis_attr] = values.shift_axis(op.attr(axis_attr))
+    return [stacked(t) for t in op.rebuild(inputs, attrs)]
+
+  register(*op_types)(convert)
+
+
+def register_merge_batch(*op_types, batch_inputs=(0,)):
+  """Ops with one batch axis (axis 0 per iteration): fold the loop axis into it.
+
+  `[n, b, ...] -> [n*b, ...]` for each of `batch_inputs` (the others must be invariant), run
+  the op, and split every output back, `[n*b, ...] -> [n, b, ...]`.
+  """
+
+  def convert(op):
+    b = values.dynamic_shape(op.stacked(batch_inputs[0]))[1]
+    inputs = []
+    for i in range(op.num_inputs):
+      inputs.append(values.merge_leading(op.stacked(i)) if i in batch_inputs
+                    else op.invariant(i))
+    return [stacked(values.split_leading(t, op.ctx.n, b)) for t in op.rebuild(inputs)]
+
+  register(*op_types)(convert)
+
+
+def register_invariant_output(*op_types, per_iteration):
+  """Ops whose result depends only on the per-iteration shape of their stacked input 0.
+
+  `per_iteration(op, shape)` builds the result from the per-iteration shape (an int32
+  vector); the result is invariant.
+  """
+
+  def convert(op):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    shape = tf.shape(op.value(0).tensor)[1:] if op.is_stacked(0) else \
+        tf.shape(op.value(0).tensor)
+    if any(op.is_stacked(i) for i in range(1, op.num_inputs)):
+      raise Unvectorizable("only input 0 may differ per iteration")
+    return [invariant(t) for t in tf.nest.flatten(per_iteration(op, shape))]
+
+  register(*op_types)(convert)
+
+
+def register_sequential(*op_types):
+  """Ops vectorized on purpose by a loop over the iterations (e.g. stacked random seeds)."""
+
+  def convert(op):
+    return fallback.run_sequentially(op.op, op.inputs, op.ctx)
+
+  register(*op_types)(convert)

@@ -1,0 +1,133 @@
+"""Reading traced graphs and emitting ops into the graph under construction.
+
+The walker reads `FuncGraph`s (the traced body, and the bodies of called functions) and
+emits converted ops into the current default graph with `emit`, which copies the functions
+an op refers to (If/While/PartitionedCall attrs) into that graph's library. Ops are visited
+in a depth-first post-order over data and control edges, which is topological even where a
+control edge was added after its target was created.
+"""
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.framework import ops as tf_ops
+
+_DROPPED_ATTRS = ("_class",)
+
+
+def attrs_of(op):
+  """The op's attrs as {name: AttrValue}, without colocation constraints."""
+  node_def = op.node_def
+  return {k: v for k, v in node_def.attr.items() if k not in _DROPPED_ATTRS}
+
+
+def attr_value(value):
+  """A Python value (bool, int, float, str, dtype, shape, list, AttrValue) as an AttrValue."""
+  if isinstance(value, attr_value_pb2.AttrValue):
+    return value
+  if isinstance(value, bool):
+    return attr_value_pb2.AttrValue(b=value)
+  if isinstance(value, int):
+    return attr_value_pb2.AttrValue(i=value)
+  if isinstance(value, float):
+    return attr_value_pb2.AttrValue(f=value)
+  if isinstance(value, (str, bytes)):
+    return attr_value_pb2.AttrValue(s=tf.compat.as_bytes(value))
+  if isinstance(value, tf.DType):
+    return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
+  if isinstance(value, tf.TensorShape):
+    return attr_value_pb2.AttrValue(shape=value.as_proto())
+  if isinstance(value, (list, tuple)):
+    if all(isinstance(v, tf.DType) for v in value) and value:
+      return attr_value_pb2.AttrValue(
+          list=attr_value_pb2.AttrValue.ListValue(type=[v.as_datatype_enum for v in value]))
+    if all(isinstance(v, float) for v in value) and value:
+      return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(f=value))
+    if all(isinstance(v, (str, bytes)) for v in value) and value:
+      return attr_value_pb2.AttrValue(
+          list=attr_value_pb2.AttrValue.ListValue(s=[tf.compat.as_bytes(v) for v in value]))
+    return attr_value_pb2.AttrValue(
+        list=attr_value_pb2.AttrValue.ListValue(i=[int(v) for v in value]))
+  raise TypeError(f"Cannot turn {value!r} into an AttrValue.")
+
+
+def _function_names(attrs):
+  for value in attrs.values():
+    if value.HasField("func"):
+      yield value.func.name
+    elif value.HasField("list"):
+      for f in value.list.func:
+        yield f.name
+
+
+def find_function(graph, name):
+  """The function `name` from `graph`'s library or an enclosing graph's, or None."""
+  while graph is not None:
+    fn = graph._get_function(name)  # pylint: disable=protected-access
+    if fn is not None:
+      return fn
+    graph = getattr(graph, "outer_graph", None)
+  return None
+
+
+def _copy_functions(attrs, src_graph, dst_graph):
+  for name in _function_names(attrs):
+    if dst_graph._is_function(name):  # pylint: disable=protected-access
+      continue
+    fn = find_function(src_graph, name)
+    if fn is not None:
+      dst_graph._add_function_recursive(fn)  # pylint: disable=protected-access
+
+
+def emit(op_type, inputs, attrs, src_graph=None, name=None):
+  """Creates an op in the current graph; returns the `tf.Operation`."""
+  graph = tf_ops.get_default_graph()
+  if src_graph is not None:
+    _copy_functions(attrs, src_graph, graph)
+  inputs = [tf.convert_to_tensor(t) for t in inputs]
+  return graph._create_op_internal(  # pylint: disable=protected-access
+      op_type, inputs, attrs=attrs, name=_clean_name(name or op_type))
+
+
+def copy_op(op, inputs):
+  """Re-emits `op` unchanged on new inputs; returns the new operation."""
+  return emit(op.type, inputs, attrs_of(op), op.graph, name=op.name)
+
+
+def _clean_name(name):
+  return name.split("/")[-1].lstrip("_") or "op"
+
+
+def ops_in_order(outputs, extra_ops=()):
+  """The ops that `outputs` and `extra_ops` depend on, inputs before users."""
+  order, done, on_path = [], set(), set()
+  roots = [t.op for t in outputs] + list(extra_ops)
+  for root in roots:
+    stack = [(root, False)]
+    while stack:
+      op, expanded = stack.pop()
+      if expanded:
+        on_path.discard(op)
+        if op not in done:
+          done.add(op)
+          order.append(op)
+        continue
+      if op in done or op in on_path:
+        continue
+      on_path.add(op)
+      stack.append((op, True))
+      for dep in op.control_inputs:
+        if dep not in done:
+          stack.append((dep, False))
+      for t in reversed(op.inputs):
+        if t.op not in done:
+          stack.append((t.op, False))
+  return order
+
+
+def function_graph(op, attr_name):
+  """The FuncGraph of the function named by `op`'s attr (e.g. PartitionedCall's 'f')."""
+  name = op.get_attr(attr_name).name
+  fn = find_function(op.graph, name)
+  if fn is None:
+    raise ValueError(f"Function {name} used by {op.name} is not in the graph's library.")
+  return fn.graph

@@ -1,0 +1,86 @@
+"""OpInput: what a converter receives.
+
+It wraps the original op (for attrs and per-iteration static shapes), its converted inputs
+and the context, and offers the few accessors every converter needs: the input as stacked or
+invariant tensor, attrs, and `rebuild` to re-emit the same op type on new inputs.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from vectorize import graph_io
+from vectorize import values
+from vectorize.errors import Unvectorizable
+
+
+class OpInput:
+  """The op being converted, its converted inputs and the context."""
+
+  def __init__(self, op, inputs, ctx):
+    self.op = op
+    self.inputs = inputs
+    self.ctx = ctx
+
+  @property
+  def type(self):
+    return self.op.type
+
+  @property
+  def num_inputs(self):
+    return len(self.inputs)
+
+  def value(self, i):
+    """The converted `Value` of input i."""
+    return self.inputs[i]
+
+  def is_stacked(self, i):
+    return self.inputs[i].stacked
+
+  def stacked(self, i):
+    """Input i with the loop axis, tiling it if it is invariant."""
+    return values.stack(self.inputs[i], self.ctx.n)
+
+  def invariant(self, i):
+    """Input i at its own shape; raises Unvectorizable naming the input if it is stacked."""
+    v = self.inputs[i]
+    if v.stacked:
+      raise Unvectorizable(
+          f"input {i} ({self.op.inputs[i].name}) differs per iteration; this converter needs "
+          "it loop-invariant")
+    return v.tensor
+
+  def static_value(self, i):
+    """Input i as a numpy value; raises Unvectorizable unless invariant and known now."""
+    value = tf.get_static_value(self.invariant(i))
+    if value is None:
+      value = tf.get_static_value(self.op.inputs[i])
+    if value is None:
+      raise Unvectorizable(f"input {i} ({self.op.inputs[i].name}) is not known at trace time")
+    return np.asarray(value)
+
+  def attr(self, name):
+    return self.op.get_attr(name)
+
+  def input_shape(self, i):
+    """The per-iteration static shape of input i."""
+    return self.op.inputs[i].shape
+
+  def output_shape(self, k=0):
+    """The per-iteration static shape of output k."""
+    return self.op.outputs[k].shape
+
+  def align_for_broadcast(self):
+    """All inputs as tensors, stacked ones padded so every input broadcasts per iteration."""
+    return values.align_ranks(self.inputs)
+
+  def rebuild(self, inputs, attrs=None, op_type=None):
+    """Re-emits this op (or `op_type`) with new input tensors and optionally changed attrs.
+
+    Returns the list of output tensors, or the new operation when it has no outputs.
+    """
+    new_attrs = graph_io.attrs_of(self.op)
+    for name, value in (attrs or {}).items():
+      new_attrs[name] = graph_io.attr_value(value)
+    new_op = graph_io.emit(op_type or self.op.type, inputs, new_attrs, self.op.graph,
+                           name=self.op.name)
+    return new_op.outputs if new_op.outputs else new_op

@@ -1,0 +1,122 @@
+"""Converted values: a tensor plus a flag saying whether it differs per iteration.
+
+A stacked value carries the loop axis at position 0 (`[n] + shape`); an invariant value keeps
+the unconverted shape. Converters keep values invariant as long as they can and tile
+(`stack`) only where an op cannot broadcast. The reshaping helpers here never use -1 in a
+shape, so they stay correct when n is 0.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class Value(NamedTuple):
+  """A converted tensor: `stacked` says whether axis 0 is the loop axis."""
+  tensor: tf.Tensor
+  stacked: bool
+
+  @property
+  def dtype(self):
+    return self.tensor.dtype
+
+
+def stacked(tensor):
+  """A value that differs per iteration; `tensor` has the loop axis first."""
+  return Value(tf.convert_to_tensor(tensor), True)
+
+
+def invariant(tensor):
+  """A value that is the same in every iteration, at its own shape."""
+  return Value(tf.convert_to_tensor(tensor), False)
+
+
+def stack(value, n):
+  """The tensor of `value` with a loop axis: tiles an invariant value to `[n] + shape`."""
+  if value.stacked:
+    return value.tensor
+  t = value.tensor
+  multiples = tf.concat([tf.reshape(n, [1]), tf.ones([tf.rank(t)], tf.int32)], 0) \
+      if t.shape.rank is None else [n] + [1] * t.shape.rank
+  return tf.tile(tf.expand_dims(t, 0), multiples)
+
+
+def rank(tensor):
+  """The static rank of `tensor`; raises ValueError when it is unknown."""
+  r = tensor.shape.rank
+  if r is None:
+    raise ValueError(f"Tensor {tensor.name} has unknown rank.")
+  return r
+
+
+def dynamic_shape(tensor):
+  """The shape of `tensor` as a list: static dims as ints, the others as scalar tensors."""
+  static = tensor.shape.as_list() if tensor.shape.rank is not None else None
+  if static is not None and all(d is not None for d in static):
+    return static
+  dynamic = tf.shape(tensor)
+  if static is None:
+    return dynamic
+  return [d if d is not None else dynamic[k] for k, d in enumerate(static)]
+
+
+def _as_shape_tensor(dims):
+  """Packs a list of ints and scalar tensors into one int32 shape vector."""
+  if isinstance(dims, tf.Tensor) and dims.shape.rank == 1:
+    return dims
+  if all(isinstance(d, int) for d in dims):
+    return tf.constant(dims, tf.int32)
+  return tf.stack([tf.cast(d, tf.int32) for d in dims])
+
+
+def merge_leading(tensor):
+  """`[n, b, ...] -> [n*b, ...]`: folds the loop axis into the next one."""
+  shape = dynamic_shape(tensor)
+  return tf.reshape(tensor, _as_shape_tensor([shape[0] * shape[1]] + list(shape[2:])))
+
+
+def split_leading(tensor, n, b):
+  """`[n*b, ...] -> [n, b, ...]`; both sizes are given (ints or scalars) so n may be 0."""
+  return reshape_leading(tensor, [n, b])
+
+
+def reshape_leading(tensor, leading):
+  """Replaces the first axis of `tensor` by the dims in `leading` (ints or scalars)."""
+  shape = dynamic_shape(tensor)
+  return tf.reshape(tensor, _as_shape_tensor(list(leading) + list(shape[1:])))
+
+
+def expand_after_loop_axis(tensor, num_dims):
+  """`[n, ...] -> [n, 1, ..., 1, ...]`: inserts `num_dims` unit dims after the loop axis."""
+  for _ in range(num_dims):
+    tensor = tf.expand_dims(tensor, 1)
+  return tensor
+
+
+def align_ranks(values):
+  """Pads stacked values so that they broadcast against each other and invariant values.
+
+  Per-iteration shapes broadcast from the right; a stacked value of lower per-iteration rank
+  gets unit dims just after its loop axis, so its loop axis lines up with the other stacked
+  values' and invariant values broadcast into the trailing dims.
+  """
+  target = max(rank(v.tensor) - (1 if v.stacked else 0) for v in values)
+  out = []
+  for v in values:
+    if v.stacked:
+      out.append(expand_after_loop_axis(v.tensor, target - (rank(v.tensor) - 1)))
+    else:
+      out.append(v.tensor)
+  return out
+
+
+def shift_axis(axis, per_iteration_rank=None):
+  """Maps an axis of the per-iteration tensor to the stacked tensor (past the loop axis).
+
+  Non-negative axes move by one; negative axes count from the end and stay. `axis` may be a
+  Python int, a numpy value or an invariant tensor.
+  """
+  if isinstance(axis, tf.Tensor):
+    return tf.where(axis >= 0, axis + 1, axis)
+  axis = int(axis)
+  return axis + 1 if axis >= 0 else axis

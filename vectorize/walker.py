@@ -1,0 +1,157 @@
+"""The walker: converts one traced graph, op by op, in topological order.
+
+Each body tensor maps to a `Value`. An op whose inputs are all invariant and that is
+stateless is emitted once, unchanged, and its outputs stay invariant. Every other op goes to
+its registered converter; an op with no converter, or whose converter raises
+`Unvectorizable`, falls back to the sequential loop, or raises `ConversionError` when the
+context forbids fallback. Control edges between body ops are kept between their conversions.
+"""
+
+
+import tensorflow as tf
+
+from vectorize import fallback
+from vectorize import graph_io
+from vectorize import registry
+from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.op_input import OpInput
+from vectorize.values import Value, invariant
+
+
+def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
+  """Converts `graph` for the loop of `ctx`.
+
+  Args:
+    graph: a FuncGraph (the body, or a called function's graph).
+    input_values: one `Value` per `graph.inputs`.
+    ctx: the Context.
+    outputs: the graph tensors wanted (default `graph.outputs`).
+    control_outputs: ops to run for their effects (default `graph.control_outputs`).
+
+  Returns:
+    (list of `Value`s, one per output; list of emitted ops standing for control outputs).
+  """
+  outputs = list(graph.outputs if outputs is None else outputs)
+  if control_outputs is None:
+    control_outputs = list(getattr(graph, "control_outputs", []))
+  env = {t.ref(): v for t, v in zip(graph.inputs, input_values)}
+  emitted = {}
+  for op in graph_io.ops_in_order(outputs, control_outputs):
+    if all(t.ref() in env for t in op.outputs) and op.outputs:
+      continue
+    deps = [d for c in op.control_inputs for d in emitted.get(c, ())]
+    with tf.control_dependencies(deps) if deps else _no_scope():
+      if op.name in ctx.reductions:
+        results = _convert_reduction(op, env, ctx)
+      else:
+        results = _convert_op(op, [_lookup(env, t, op) for t in op.inputs], ctx)
+    if isinstance(results, tf.Operation):
+      emitted[op] = [results]
+      continue
+    for t, v in zip(op.outputs, results):
+      env[t.ref()] = v
+    emitted[op] = [v.tensor.op for v in results if hasattr(v.tensor, "op")]
+  out_values = [_lookup(env, t, None) for t in outputs]
+  effects = [d for op in control_outputs for d in emitted.get(op, ())]
+  return out_values, effects
+
+
+class _no_scope:
+
+  def __enter__(self):
+    return None
+
+  def __exit__(self, *args):
+    return False
+
+
+def _lookup(env, tensor, user):
+  value = env.get(tensor.ref())
+  if value is None:
+    raise ConversionError(
+        f"Tensor {tensor.name} (needed by {user.name if user else 'an output'}) was not "
+        "converted: it comes from an op the walker cannot read, such as a placeholder.")
+  return value
+
+
+def _convert_reduction(op, env, ctx):
+  """A `pfor_config.reduce` placeholder: the reduction of its converted arguments."""
+  reduction = ctx.reductions[op.name]
+  ctx.report.add(op, "invariant", "pfor_config reduction")
+  return [reduction.result(ctx, [_lookup(env, a, op) for a in reduction.args])]
+
+
+def _convert_op(op, inputs, ctx):
+  """Converts one op; returns a list of Values, or an Operation for ops with no outputs."""
+  if op.type == "Placeholder":
+    raise ConversionError(
+        f"Placeholder {op.name} in the loop body is not an input of the body; "
+        "vectorize cannot feed it.")
+  if not any(v.stacked for v in inputs) and not op._is_stateful:  # pylint: disable=protected-access
+    ctx.report.add(op, "invariant")
+    new_op = graph_io.copy_op(op, [v.tensor for v in inputs])
+    return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
+  converter = registry.lookup(op.type)
+  try:
+    if converter is None:
+      raise Unvectorizable(f"no converter is registered for op type {op.type}")
+    results = converter(OpInput(op, inputs, ctx))
+    kind = "vectorized" if any(v.stacked for v in inputs) else "invariant"
+    ctx.report.add(op, kind)
+    return _check_results(op, results, ctx)
+  except Unvectorizable as e:
+    reason = str(e)
+    if not ctx.fallback_allowed:
+      raise ConversionError(_describe_failure(op, reason)) from None
+    ctx.report.add(op, "fallback", reason)
+    fallback.warn_once(op, ctx, reason)
+    return fallback.run_sequentially(op, inputs, ctx)
+
+
+def _check_results(op, results, ctx):
+  """Checks a converter's results against the op: count, dtypes; sets static shapes."""
+  if isinstance(results, tf.Operation):
+    if op.outputs:
+      raise ConversionError(f"Converter for {op.type} returned an Operation for {op.name}, "
+                            "which has outputs.")
+    return results
+  if isinstance(results, Value):
+    results = [results]
+  results = list(results)
+  if len(results) != len(op.outputs):
+    raise ConversionError(
+        f"Converter for {op.type} returned {len(results)} values for {op.name}, which has "
+        f"{len(op.outputs)} outputs.")
+  for k, (t, v) in enumerate(zip(op.outputs, results)):
+    if not isinstance(v, Value):
+      raise ConversionError(f"Converter for {op.type} returned {type(v).__name__} for output "
+                            f"{k}, not a Value.")
+    if v.tensor.dtype != t.dtype:
+      raise ConversionError(
+          f"Converter for {op.type} changed the dtype of output {k} of {op.name}: "
+          f"{t.dtype.name} became {v.tensor.dtype.name}.")
+    expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
+    if not isinstance(v.tensor, tf.Tensor) or hasattr(v.tensor, "numpy"):
+      continue
+    if not v.tensor.shape.is_compatible_with(expected):
+      raise ConversionError(
+          f"Converter for {op.type} produced shape {v.tensor.shape} for output {k} of "
+          f"{op.name}; expected {expected} ({'stacked' if v.stacked else 'invariant'}).")
+    v.tensor.set_shape(expected)
+  return results
+
+
+def _describe_failure(op, reason):
+  where = ""
+  tb = getattr(op, "traceback", None)
+  if tb:
+    frames = [f for f in tb if "/tensorflow/" not in f.filename and "/vectorize/" not in
+              f.filename]
+    if frames:
+      frame = frames[-1]
+      where = f" created at {frame.filename}:{frame.lineno}"
+  return (
+      f"Cannot vectorize op {op.name!r} of type {op.type}{where}: {reason}. "
+      "Fallback to a sequential loop is disabled (fallback_to_while_loop=False). To fix: "
+      "enable the fallback, rewrite the body to avoid this op, or register a converter "
+      "with vectorize.registry.register.")
