@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorflow.python.util import nest
 
 import converters  # pylint: disable=unused-import  (fills the registry)
+from vectorize import control_flow  # pylint: disable=unused-import  (registers calls)
 from vectorize import walker
 from vectorize.config import PForConfig
 from vectorize.context import Context, Report

@@ -8,6 +8,8 @@ context forbids fallback. Control edges between body ops are kept between their 
 """
 
 
+import os
+
 import tensorflow as tf
 
 from vectorize import fallback
@@ -141,12 +143,22 @@ def _check_results(op, results, ctx):
   return results
 
 
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (
+    tf.__file__, __file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "converters", "x")))
+
+
+def _is_library_file(filename):
+  """Frames of TensorFlow, vectorize itself, pytest or autograph's generated code."""
+  return (filename.startswith(_LIBRARY_DIRS) or "__autograph_generated" in filename or
+          os.sep + "_pytest" + os.sep in filename or os.sep + "keras" + os.sep in filename)
+
+
 def _describe_failure(op, reason):
   where = ""
   tb = getattr(op, "traceback", None)
   if tb:
-    frames = [f for f in tb if "/tensorflow/" not in f.filename and "/vectorize/" not in
-              f.filename]
+    frames = [f for f in tb if not _is_library_file(f.filename)]
     if frames:
       frame = frames[-1]
       where = f" created at {frame.filename}:{frame.lineno}"

@@ -1,0 +1,5 @@
+"""Test configuration: quiet TensorFlow logs."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,0 +1,86 @@
+"""The walker: loop invariance visible in the output graph, gradients through pfor outputs,
+nested pfor, and control edges kept."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from tests import testing
+
+RNG = np.random.default_rng(1)
+X = tf.constant(RNG.standard_normal([5, 4]), tf.float32)
+W = tf.constant(RNG.standard_normal([4, 3]), tf.float32)
+
+
+def _all_ops(graph):
+  """Ops of a graph and of every function in its library."""
+  ops = list(graph.get_operations())
+  for fn in graph._functions.values():  # pylint: disable=protected-access
+    if getattr(fn, "graph", None) is not None:
+      ops.extend(_all_ops(fn.graph))
+  return ops
+
+
+def _converted_graph(body, n):
+  return tf.function(lambda: vectorize.pfor(body, n, fallback_to_while_loop=False)
+                     ).get_concrete_function().graph
+
+
+def test_invariant_weight_gives_one_matmul_and_no_tile():
+  graph = _converted_graph(lambda i: tf.matmul(X[i:i + 1], W), 5)
+  ops = _all_ops(graph)
+  matmuls = [op for op in ops if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3")]
+  assert len(matmuls) == 1 and matmuls[0].type == "MatMul"
+  assert matmuls[0].inputs[0].shape.as_list() == [5, 4]
+  assert not [op for op in ops if op.type == "Tile"]
+  testing.assert_allclose(testing.run_pfor(lambda i: tf.matmul(X[i:i + 1], W), 5),
+                          testing.sequential(lambda i: tf.matmul(X[i:i + 1], W), 5))
+
+
+def test_invariant_body_has_no_per_iteration_computation():
+  graph = _converted_graph(lambda i: tf.tanh(tf.matmul(X, W)) * 2.0, 5)
+  ops = _all_ops(graph)
+  tanh = [op for op in ops if op.type == "Tanh"]
+  assert len(tanh) == 1 and tanh[0].outputs[0].shape.as_list() == [5, 3]
+  # Only the final tiling of the invariant output depends on n.
+  assert not [op for op in ops if op.type in ("While", "StatelessWhile", "TensorListReserve")]
+
+
+def test_gradient_through_pfor_output_equals_gradient_through_loop():
+  w = tf.Variable(W)
+
+  def body(i):
+    return tf.reduce_sum(tf.tanh(tf.matmul(tf.gather(X, i)[None], w)) ** 2)
+
+  with tf.GradientTape() as tape:
+    vectorized = tf.reduce_sum(vectorize.pfor(body, 5, fallback_to_while_loop=False) ** 3)
+  with tf.GradientTape() as tape_loop:
+    looped = tf.reduce_sum(tf.stack([body(tf.constant(i)) for i in range(5)]) ** 3)
+  np.testing.assert_allclose(vectorized, looped, rtol=1e-5)
+  np.testing.assert_allclose(tape.gradient(vectorized, w), tape_loop.gradient(looped, w),
+                             rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_with_respect_to_a_stacked_input():
+  x = tf.Variable(X)
+
+  def body(i):
+    return tf.reduce_sum(tf.sin(tf.gather(x, i)) * tf.cast(i + 1, tf.float32))
+
+  with tf.GradientTape() as tape:
+    out = tf.reduce_sum(vectorize.pfor(body, 5, fallback_to_while_loop=False))
+  expected = np.cos(X.numpy()) * np.arange(1, 6)[:, None]
+  np.testing.assert_allclose(tape.gradient(out, x), expected, rtol=1e-5)
+
+
+def test_nested_pfor_equals_double_loop():
+  def inner(i):
+    return lambda j: tf.gather(X, i) * tf.cast(j + 1, tf.float32)
+
+  def outer(i):
+    return vectorize.pfor(inner(i), 3, fallback_to_while_loop=False)
+
+  actual = testing.run_pfor(outer, 5)
+  expected = np.stack([np.stack([X.numpy()[i] * (j + 1) for j in range(3)]) for i in range(5)])
+  testing.assert_allclose(actual, expected)

@@ -1,0 +1,4 @@
+"""Converters for ops that call functions; they convert the callee with the walker."""
+
+# pylint: disable=unused-import
+from vectorize.control_flow import calls
