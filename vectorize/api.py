@@ -7,6 +7,7 @@ not trace or convert again.
 """
 
 import collections
+import contextlib
 import functools
 import inspect
 import numbers
@@ -14,6 +15,8 @@ import types
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.ops import control_flow_util
 from tensorflow.python.util import nest
 
 import converters  # pylint: disable=unused-import  (fills the registry)
@@ -60,7 +63,7 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None):
     return _pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations)
   static = isinstance(iters, int)
   key = (_callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
-         parallel_iterations)
+         parallel_iterations, _options.static_shapes)
   fn = _cached(key, lambda: _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
                                                  parallel_iterations))
   return fn() if static else fn(tf.cast(iters, tf.int32))
@@ -81,7 +84,7 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True):
     >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
   """
   if tf.executing_eagerly():
-    key = ("vectorized_map", _callable_key(fn), fallback_to_while_loop)
+    key = ("vectorized_map", _callable_key(fn), fallback_to_while_loop, _options.static_shapes)
     graph_fn = _cached(key, lambda: tf.function(
         functools.partial(_vectorized_map_in_graph, fn,
                           fallback_to_while_loop=fallback_to_while_loop), autograph=False))
@@ -240,8 +243,11 @@ class TracedBody:
       self.structure = out
       return _flat_outputs(out, where)
 
-    self.graph = tf.function(body, autograph=True).get_concrete_function(
-        tf.TensorSpec([], tf.int32, name="loop_index")).graph
+    # Gradients of conditionals taken inside the body pass intermediates as plain tensors
+    # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
+    with context.temporarily_disable_optionals_in_gradients():
+      self.graph = tf.function(body, autograph=True).get_concrete_function(
+          tf.TensorSpec([], tf.int32, name="loop_index")).graph
 
   def convert(self, ctx):
     """The body's outputs as Values, for the loop of `ctx`."""
@@ -271,6 +277,34 @@ def _capture(external):
   return external
 
 
+def _static_shapes_wanted():
+  """Static-shape control flow under XLA, or when the caller asks (`static_shapes()`)."""
+  return _options.static_shapes or control_flow_util.GraphOrParentsInXlaContext(
+      tf.compat.v1.get_default_graph())
+
+
+class _Options:
+  static_shapes = False
+
+
+_options = _Options()
+
+
+@contextlib.contextmanager
+def static_shapes(enabled=True):
+  """Within this block, pfor converts control flow with static shapes (masks, no gathers).
+
+  XLA contexts (`tf.function(jit_compile=True)`) get this automatically; use it to build a
+  graph for XLA compiled elsewhere, or to compare both modes.
+  """
+  previous = _options.static_shapes
+  _options.static_shapes = enabled
+  try:
+    yield
+  finally:
+    _options.static_shapes = previous
+
+
 def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
   body = TracedBody(loop_fn)
   static_n = iters if isinstance(iters, int) else None
@@ -285,7 +319,8 @@ def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
   with tf.name_scope("pfor"):
     if not chunked:
       ctx = Context(n=n, indices=tf.range(n), static_n=static_n,
-                    fallback_allowed=fallback, report=report)
+                    fallback_allowed=fallback, report=report,
+                    static_shapes=_static_shapes_wanted())
       flat = [stack(v, n) for v in body.convert(ctx)]
     else:
       flat = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback, report)
@@ -305,7 +340,8 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
   def step(start, *arrays):
     size = tf.minimum(chunk_size, n - start)
     ctx = Context(n=size, indices=tf.range(start, start + size), static_n=None,
-                  fallback_allowed=fallback, report=report)
+                  fallback_allowed=fallback, report=report,
+                  static_shapes=_static_shapes_wanted())
     outs = [stack(v, size) for v in body.convert(ctx)]
     return (start + chunk_size,) + tuple(
         a.write(start // chunk_size, o) for a, o in zip(arrays, outs))

@@ -56,6 +56,8 @@ class Context:
     fallback_allowed: whether unconvertible ops may run in a sequential loop.
     report: the shared conversion log.
     reductions: {placeholder op name: PForConfig reduction} for `pfor_config.reduce`.
+    static_shapes: convert control flow with static shapes (masks instead of gathers), as
+      XLA needs.
   """
   n: tf.Tensor
   indices: tf.Tensor
@@ -64,6 +66,7 @@ class Context:
   fallback_allowed: bool = True
   report: Report = dataclasses.field(default_factory=Report)
   reductions: dict = dataclasses.field(default_factory=dict)
+  static_shapes: bool = False
 
   def subset(self, indices, static_n=None):
     """The context of a branch taken by the iterations `indices` (positions in ours)."""

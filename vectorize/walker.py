@@ -8,13 +8,16 @@ context forbids fallback. Control edges between body ops are kept between their 
 """
 
 
+import dataclasses
 import os
 
 import tensorflow as tf
+from tensorflow.python.framework import func_graph as func_graph_module
 
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import registry
+from vectorize.context import Report
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.op_input import OpInput
 from vectorize.values import Value, invariant
@@ -58,6 +61,25 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
   return out_values, effects
 
 
+def output_flags(graph, input_values, ctx):
+  """Which outputs of `graph` would be stacked, without emitting into the current graph.
+
+  Converts `graph` once in a scratch graph, on placeholders shaped like the inputs. Control
+  flow uses it to decide the stackedness of branch outputs and loop variables before it
+  emits anything.
+  """
+  scratch = func_graph_module.FuncGraph("vectorize_flags")
+  with scratch.as_default():
+    inputs = [Value(tf.compat.v1.placeholder(v.tensor.dtype, v.tensor.shape), v.stacked)
+              for v in input_values]
+    n = tf.compat.v1.placeholder(tf.int32, [])
+    dry_ctx = dataclasses.replace(
+        ctx, n=n, indices=tf.compat.v1.placeholder(tf.int32, [ctx.static_n]),
+        fallback_allowed=True, report=Report())
+    outputs, _ = convert_graph(graph, inputs, dry_ctx)
+  return [v.stacked for v in outputs]
+
+
 class _no_scope:
 
   def __enter__(self):
@@ -76,6 +98,12 @@ def _lookup(env, tensor, user):
   return value
 
 
+# Op types that must go through their converter even when all inputs are invariant:
+# FakeParam (cond_v2's stand-in for an untaken branch's intermediate) yields uninitialized
+# memory, which a masked conditional could otherwise mix into its lanes.
+_NEVER_COPIED = frozenset(["FakeParam"])
+
+
 def _convert_reduction(op, env, ctx):
   """A `pfor_config.reduce` placeholder: the reduction of its converted arguments."""
   reduction = ctx.reductions[op.name]
@@ -89,7 +117,8 @@ def _convert_op(op, inputs, ctx):
     raise ConversionError(
         f"Placeholder {op.name} in the loop body is not an input of the body; "
         "vectorize cannot feed it.")
-  if not any(v.stacked for v in inputs) and not op._is_stateful:  # pylint: disable=protected-access
+  if (not any(v.stacked for v in inputs) and not op._is_stateful and  # pylint: disable=protected-access
+      op.type not in _NEVER_COPIED):
     ctx.report.add(op, "invariant")
     new_op = graph_io.copy_op(op, [v.tensor for v in inputs])
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op

@@ -2,3 +2,4 @@
 
 # pylint: disable=unused-import
 from vectorize.control_flow import calls
+from vectorize.control_flow import cond
