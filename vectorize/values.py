@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from vectorize.errors import Unvectorizable
+
 
 class Value(NamedTuple):
   """A converted tensor: `stacked` says whether axis 0 is the loop axis."""
@@ -42,10 +44,10 @@ def stack(value, n):
 
 
 def rank(tensor):
-  """The static rank of `tensor`; raises ValueError when it is unknown."""
+  """The static rank of `tensor`; raises Unvectorizable (fall back) when it is unknown."""
   r = tensor.shape.rank
   if r is None:
-    raise ValueError(f"Tensor {tensor.name} has unknown rank.")
+    raise Unvectorizable(f"tensor {tensor.name} has unknown rank")
   return r
 
 
@@ -120,3 +122,9 @@ def shift_axis(axis, per_iteration_rank=None):
     return tf.where(axis >= 0, axis + 1, axis)
   axis = int(axis)
   return axis + 1 if axis >= 0 else axis
+
+
+def select_lanes(mask, taken, other):
+  """Per iteration: `taken` where `mask` (`[n]` bool), else `other`; both stacked alike."""
+  shape = tf.concat([tf.shape(mask), tf.ones([tf.rank(taken) - 1], tf.int32)], 0)
+  return tf.where(tf.reshape(mask, shape), taken, other)

@@ -13,6 +13,7 @@ import os
 
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_module
+from tensorflow.python.ops import handle_data_util
 
 from vectorize import fallback
 from vectorize import graph_io
@@ -61,17 +62,22 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
   return out_values, effects
 
 
-def output_flags(graph, input_values, ctx):
-  """Which outputs of `graph` would be stacked, without emitting into the current graph.
+def output_flags(graph, input_flags, ctx):
+  """Which outputs of `graph` would be stacked, given which inputs are; emits nothing.
 
-  Converts `graph` once in a scratch graph, on placeholders shaped like the inputs. Control
-  flow uses it to decide the stackedness of branch outputs and loop variables before it
-  emits anything.
+  Converts `graph` once in a scratch graph, on placeholders shaped like its inputs (with a
+  loop axis where stacked). Control flow uses it to decide the stackedness of branch outputs
+  and loop variables before it emits anything.
   """
   scratch = func_graph_module.FuncGraph("vectorize_flags")
   with scratch.as_default():
-    inputs = [Value(tf.compat.v1.placeholder(v.tensor.dtype, v.tensor.shape), v.stacked)
-              for v in input_values]
+    inputs = []
+    for t, flag in zip(graph.inputs, input_flags):
+      shape = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if flag else t.shape
+      placeholder = tf.compat.v1.placeholder(t.dtype, shape)
+      if t.dtype in (tf.resource, tf.variant):
+        handle_data_util.copy_handle_data(t, placeholder)
+      inputs.append(Value(placeholder, flag))
     n = tf.compat.v1.placeholder(tf.int32, [])
     dry_ctx = dataclasses.replace(
         ctx, n=n, indices=tf.compat.v1.placeholder(tf.int32, [ctx.static_n]),

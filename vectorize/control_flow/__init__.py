@@ -3,3 +3,4 @@
 # pylint: disable=unused-import
 from vectorize.control_flow import calls
 from vectorize.control_flow import cond
+from vectorize.control_flow import while_loop

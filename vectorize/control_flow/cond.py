@@ -22,7 +22,7 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import walker
 from vectorize.registry import register
-from vectorize.values import Value, invariant, stack, stacked
+from vectorize.values import Value, invariant, select_lanes, stack, stacked
 
 
 @register("If", "StatelessIf")
@@ -75,7 +75,8 @@ def _args(op):
 def _invariant_choice(op, graphs, choose):
   """One conditional (built by `choose(branch_fns)`) over the converted branches."""
   args, ctx = _args(op), op.ctx
-  flags = [any(f) for f in zip(*[walker.output_flags(g, args, ctx) for g in graphs])]
+  arg_flags = [v.stacked for v in args]
+  flags = [any(f) for f in zip(*[walker.output_flags(g, arg_flags, ctx) for g in graphs])]
 
   def branch_fn(graph):
     def fn():
@@ -155,12 +156,6 @@ def _masked_choice(op, graphs, branch_index):
     if result is None:
       result = outs
     else:
-      result = [_select_lanes(mask, o, r) for o, r in zip(outs, result)]
+      result = [select_lanes(mask, o, r) for o, r in zip(outs, result)]
   return [stacked(t) for t in result]
 
-
-def _select_lanes(mask, taken, other):
-  """Per lane: `taken` where mask, else `other` (mask [n] broadcast over the rest)."""
-  mask = tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([tf.rank(taken) - 1], tf.int32)],
-                                    0))
-  return tf.where(mask, taken, other)

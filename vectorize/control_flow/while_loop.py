@@ -1,0 +1,176 @@
+"""While / StatelessWhile: loops inside the loop body.
+
+First, which loop variables are stacked is decided by a bounded fixpoint, before anything is
+emitted: start from the inputs' flags; OR in the flags of the converted body's outputs; and
+when the condition is stacked (iterations stop at different trips), every variable the body
+changes becomes stacked too (its final value depends on the trip count). Variables the body
+passes through unchanged (captured tensors, `maximum_iterations`) stay invariant.
+
+Invariant condition: one `tf.while_loop` over the converted body; the loop state is the
+variables at their flags' shapes.
+
+Stacked condition, dynamic shapes: a loop over the *active set*. The state is (positions of
+the iterations still running, `[m]`; their variables, stacked ones `[m] + shape`; one
+accumulator per stacked variable, `[n] + shape`, holding final values). Each step evaluates
+the condition for the active iterations, scatters the finished ones' variables into the
+accumulators, drops them, and runs the body for the rest; the loop ends when none is left.
+
+Stacked condition, static shapes (XLA): the state is (an active mask `[n]`, the variables at
+`[n] + shape`). Each step runs the body on all lanes, lanes that finished borrowing the
+variables of an active lane (valid inputs, so no NaN or Inf leaks into values or gradients),
+keeps the old values where a lane is inactive, and re-evaluates the condition.
+"""
+
+import tensorflow as tf
+
+from vectorize import graph_io
+from vectorize import walker
+from vectorize.errors import Unvectorizable
+from vectorize.registry import register
+from vectorize.values import Value, select_lanes, stack, stacked
+
+
+@register("While", "StatelessWhile")
+def _convert_while(op):
+  cond_graph = graph_io.function_graph(op.op, "cond")
+  body_graph = graph_io.function_graph(op.op, "body")
+  if any(t.dtype == tf.variant for t in op.op.inputs):
+    raise Unvectorizable("loops carrying TensorLists or other variants are not converted yet")
+  flags, cond_stacked = _loop_flags(op, cond_graph, body_graph)
+  ctx = op.ctx
+  init = [Value(stack(v, ctx.n) if f else v.tensor, f) for v, f in zip(op.inputs, flags)]
+  if not cond_stacked:
+    return _invariant_loop(op, cond_graph, body_graph, init, flags)
+  if ctx.static_shapes:
+    return _masked_loop(op, cond_graph, body_graph, init, flags)
+  return _active_set_loop(op, cond_graph, body_graph, init, flags)
+
+
+def _loop_flags(op, cond_graph, body_graph):
+  """The stacked flag of each loop variable, and whether the condition is stacked."""
+  passthrough = [_is_passthrough(body_graph, k) for k in range(len(op.inputs))]
+  flags = [v.stacked for v in op.inputs]
+  for _ in range(len(flags) + 1):
+    body_flags = walker.output_flags(body_graph, flags, op.ctx)
+    cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
+    new = [f or b or (cond_stacked and not p)
+           for f, b, p in zip(flags, body_flags, passthrough)]
+    if new == flags:
+      return flags, cond_stacked
+    flags = new
+  raise AssertionError("the stackedness fixpoint of a while loop did not converge")
+
+
+def _is_passthrough(body_graph, k):
+  """Whether body output k is body input k, possibly through Identity ops."""
+  t = body_graph.outputs[k]
+  while t.op.type == "Identity":
+    t = t.op.inputs[0]
+  return t is body_graph.inputs[k]
+
+
+def _shape_invariant(op, k, flag, static_n):
+  shape = op.op.outputs[k].shape
+  return tf.TensorShape([static_n]).concatenate(shape) if flag else shape
+
+
+def _run_body(body_graph, values, flags, ctx):
+  """The converted body's outputs, stacked ones tiled as `flags` demand."""
+  outputs, _ = walker.convert_graph(body_graph, values, ctx)
+  return [stack(v, ctx.n) if f else v.tensor for v, f in zip(outputs, flags)]
+
+
+def _invariant_loop(op, cond_graph, body_graph, init, flags):
+  ctx = op.ctx
+
+  def cond(*state):
+    values = [Value(t, f) for t, f in zip(state, flags)]
+    return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
+
+  def body(*state):
+    return _run_body(body_graph, [Value(t, f) for t, f in zip(state, flags)], flags, ctx)
+
+  results = tf.while_loop(
+      cond, body, [v.tensor for v in init],
+      shape_invariants=[_shape_invariant(op, k, f, ctx.static_n) for k, f in enumerate(flags)],
+      parallel_iterations=op.attr("parallel_iterations"))
+  return [Value(t, f) for t, f in zip(tf.nest.flatten(results), flags)]
+
+
+def _active_set_loop(op, cond_graph, body_graph, init, flags):
+  ctx = op.ctx
+  stacked_ids = [k for k, f in enumerate(flags) if f]
+  unknown_n = tf.TensorShape([None])
+
+  def evaluate_cond(positions, state):
+    sub_ctx = ctx.subset(positions)
+    values = [Value(t, f) for t, f in zip(state, flags)]
+    pred = walker.convert_graph(cond_graph, values, sub_ctx)[0][0]
+    return stack(pred, sub_ctx.n)
+
+  def step(positions, state, accumulators):
+    running = evaluate_cond(positions, state)
+    finished = tf.where(tf.logical_not(running))[:, 0]
+    accumulators = [
+        tf.tensor_scatter_nd_update(acc, tf.gather(positions, finished)[:, None],
+                                    tf.gather(state[k], finished))
+        for acc, k in zip(accumulators, stacked_ids)]
+    keep = tf.where(running)[:, 0]
+    positions = tf.gather(positions, keep)
+    state = [tf.gather(t, keep) if f else t for t, f in zip(state, flags)]
+    values = [Value(t, f) for t, f in zip(state, flags)]
+    state = _run_body(body_graph, values, flags, ctx.subset(positions))
+    return positions, state, accumulators
+
+  def loop_body(positions, state, accumulators):
+    positions, state, accumulators = step(positions, list(state), list(accumulators))
+    return positions, state, accumulators
+
+  initial = (tf.range(ctx.n), [v.tensor for v in init], [init[k].tensor for k in stacked_ids])
+  invariants = (
+      unknown_n,
+      [tf.TensorShape([None]).concatenate(op.op.outputs[k].shape) if f
+       else op.op.outputs[k].shape for k, f in enumerate(flags)],
+      [_shape_invariant(op, k, True, ctx.static_n) for k in stacked_ids])
+  _, state, accumulators = tf.while_loop(
+      lambda positions, *_: tf.size(positions) > 0, loop_body, initial,
+      shape_invariants=invariants, parallel_iterations=op.attr("parallel_iterations"))
+  finals = dict(zip(stacked_ids, accumulators))
+  return [stacked(finals[k]) if f else Value(t, False)
+          for k, (t, f) in enumerate(zip(state, flags))]
+
+
+def _masked_loop(op, cond_graph, body_graph, init, flags):
+  ctx = op.ctx
+  lanes = tf.range(ctx.n)
+
+  def borrowed(active, state):
+    """Inactive lanes take the variables of the first active lane."""
+    first_active = tf.reduce_min(tf.where(active, lanes, ctx.n - 1))
+    source = tf.where(active, lanes, first_active)
+    return source, [Value(tf.gather(t, source), True) if f else Value(t, False)
+                    for t, f in zip(state, flags)]
+
+  def evaluate_cond(source, values):
+    pred = walker.convert_graph(cond_graph, values, ctx.subset(source, ctx.static_n))[0][0]
+    return stack(pred, ctx.n)
+
+  def loop_body(active, *state):
+    source, values = borrowed(active, state)
+    new_state = _run_body(body_graph, values, flags, ctx.subset(source, ctx.static_n))
+    state = [select_lanes(active, new, old) if f else new
+             for new, old, f in zip(new_state, state, flags)]
+    source, values = borrowed(active, state)
+    active = tf.logical_and(active, evaluate_cond(source, values))
+    return (active,) + tuple(state)
+
+  values = [Value(v.tensor, f) for v, f in zip(init, flags)]
+  active = evaluate_cond(lanes, values)
+  results = tf.while_loop(
+      lambda active, *_: tf.reduce_any(active), loop_body,
+      (active,) + tuple(v.tensor for v in init),
+      shape_invariants=(tf.TensorShape([ctx.static_n]),) + tuple(
+          _shape_invariant(op, k, f, ctx.static_n) for k, f in enumerate(flags)),
+      parallel_iterations=op.attr("parallel_iterations"))
+  return [Value(t, f) for t, f in zip(results[1:], flags)]
+
