@@ -1,1 +1,162 @@
-"""reductions converters (being written)."""
+"""Reductions: sum/prod/max/min/mean/all/any/norm, argmax/argmin, cumulative and segment ops.
+
+The trick for axis reductions: the loop axis is axis 0, so every per-iteration axis moves past
+it (negative axes stay) and the op reduces each iteration's slice on its own.
+
+The trick for segment ops: offset iteration i's segment ids by `i * num_segments`, run ONE
+unsorted segment reduction with `n * num_segments` segments over all iterations' rows, and
+split the result `[n*s, ...] -> [n, s, ...]`. Ids outside `[0, num_segments)` become -1 first
+so they are dropped instead of landing in a neighbouring iteration's segments (the per-op
+kernels drop negative ids too; out-of-range ids, an error on CPU, are dropped here). Sorted
+and sparse segment ops go through the same path: their segment count is the last id + 1,
+mean and sqrt-n divide by per-segment counts, and empty segments of max/min give 0.
+"""
+
+import tensorflow as tf
+
+from vectorize import values
+from vectorize.family import register_axis_shift
+from vectorize.registry import register
+from vectorize.values import Value, stacked
+
+_UNSORTED = {
+    "sum": tf.math.unsorted_segment_sum,
+    "mean": tf.math.unsorted_segment_sum,
+    "sqrt_n": tf.math.unsorted_segment_sum,
+    "prod": tf.math.unsorted_segment_prod,
+    "max": tf.math.unsorted_segment_max,
+    "min": tf.math.unsorted_segment_min,
+}
+
+
+def _kind(op_type):
+  """'SparseSegmentSqrtNWithNumSegments' -> 'sqrt_n', 'UnsortedSegmentMax' -> 'max', ..."""
+  name = op_type.replace("WithNumSegments", "").split("Segment")[-1]
+  return {"SqrtN": "sqrt_n"}.get(name, name.lower())
+
+
+def _num_segments(op, i):
+  """The invariant num_segments input i, as a Python int when known at trace time."""
+  t = op.invariant(i)
+  value = tf.get_static_value(t)
+  return int(value) if value is not None else t
+
+
+def _sorted_num_segments(op, ids):
+  """Segment count of a sorted-id op: the last id + 1 (0 for no ids), static when possible."""
+  static = op.output_shape(0)
+  if static.rank and static[0] is not None:
+    return int(static[0])
+  if not ids.stacked:
+    value = tf.get_static_value(ids.tensor)
+    if value is not None:
+      return int(value.reshape([-1])[-1]) + 1 if value.size else 0
+  # Sorted ids: the largest id over all iterations is each iteration's last one (they must
+  # agree, or the per-iteration outputs would not stack).
+  return tf.maximum(tf.reduce_max(ids.tensor), -1) + 1
+
+
+def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
+  """Segment reduction of every iteration at once, by offsetting ids per iteration.
+
+  Args:
+    op: the OpInput (for n).
+    kind: a key of `_UNSORTED`.
+    rows: Value, per iteration `[d..., rest...]`.
+    ids: Value, per iteration `[d...]`.
+    num_segments: s, a Python int or an invariant scalar tensor.
+    empty_is_zero: empty max/min segments give 0 (as sorted ids do) instead of the lowest /
+      highest value (as unsorted ids do).
+
+  Returns:
+    The stacked result `[n, s, rest...]`.
+  """
+  n, static_n = op.ctx.n, op.ctx.static_n
+  dtype = ids.tensor.dtype
+  id_rank = values.rank(ids.tensor) - (1 if ids.stacked else 0)
+  s = num_segments if isinstance(num_segments, int) else tf.cast(num_segments, dtype)
+  offsets = values.expand_after_loop_axis(tf.range(tf.cast(n, dtype)) * s, id_rank)
+  in_range = tf.logical_and(ids.tensor >= 0, ids.tensor < s)
+  flat_ids = tf.where(in_range, ids.tensor + offsets, tf.constant(-1, dtype))  # [n, d...]
+  if static_n is not None and isinstance(num_segments, int):
+    total = static_n * num_segments
+  else:
+    total = tf.cast(n, dtype) * s
+  data = values.stack(rows, n)  # [n, d..., rest...]
+  out = values.reshape_leading(_UNSORTED[kind](data, flat_ids, total), [n, num_segments])
+  if kind in ("mean", "sqrt_n") or (empty_is_zero and kind in ("max", "min")):
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(flat_ids, tf.int32), flat_ids, total)
+    counts = values.reshape_leading(counts, [n, num_segments])  # [n, s]
+    for _ in range(values.rank(out) - 2):
+      counts = tf.expand_dims(counts, -1)
+    out = _apply_counts(kind, out, counts)
+  return stacked(out)
+
+
+def _apply_counts(kind, out, counts):
+  """Divides sums by counts (mean, sqrt_n) or zeroes empty segments (max, min)."""
+  if kind in ("max", "min"):
+    return tf.where(counts > 0, out, tf.zeros_like(out))
+  safe = tf.cast(tf.maximum(counts, 1), out.dtype)
+  if kind == "sqrt_n":
+    return out / tf.sqrt(safe)
+  if out.dtype.is_integer:
+    return tf.truncatediv(out, safe)
+  return out / safe
+
+
+@register("UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentProd",
+          "UnsortedSegmentSum")
+def _convert_unsorted_segment(op):
+  """One unsorted segment op over `n * num_segments` segments (see the module docstring)."""
+  num_segments = _num_segments(op, 2)
+  return _segment_reduce(op, _kind(op.type), op.value(0), op.value(1), num_segments)
+
+
+@register("SegmentMax", "SegmentMean", "SegmentMin", "SegmentProd", "SegmentSum")
+def _convert_segment(op):
+  """Sorted ids: the unsorted form with `last id + 1` segments."""
+  data, ids = op.value(0), op.value(1)
+  num_segments = _sorted_num_segments(op, ids)
+  return _segment_reduce(op, _kind(op.type), data, ids, num_segments, empty_is_zero=True)
+
+
+@register("SparseSegmentMean", "SparseSegmentMeanWithNumSegments", "SparseSegmentSqrtN",
+          "SparseSegmentSqrtNWithNumSegments", "SparseSegmentSum",
+          "SparseSegmentSumWithNumSegments")
+def _convert_sparse_segment(op):
+  """Gathers each iteration's rows by `indices`, then reduces them like a segment op."""
+  ids = op.value(2)
+  if op.num_inputs > 3:
+    num_segments = _num_segments(op, 3)
+  else:
+    num_segments = _sorted_num_segments(op, ids)
+  return _segment_reduce(op, _kind(op.type), _gather_rows(op.value(0), op.value(1)), ids,
+                         num_segments)
+
+
+def _gather_rows(data, indices):
+  """`data[indices]` per iteration, stacked only where an input is."""
+  if data.stacked and indices.stacked:
+    return stacked(tf.gather(data.tensor, indices.tensor, axis=1, batch_dims=1))
+  if data.stacked:
+    return stacked(tf.gather(data.tensor, indices.tensor, axis=1))
+  return Value(tf.gather(data.tensor, indices.tensor), indices.stacked)
+
+
+register_axis_shift(
+    "All",
+    "Any",
+    "ArgMax",
+    "ArgMin",
+    "Cumprod",
+    "Cumsum",
+    "CumulativeLogsumexp",
+    "EuclideanNorm",
+    "Max",
+    "Mean",
+    "Min",
+    "Prod",
+    "Sum",
+    axis_input=1,
+)
