@@ -1,21 +1,572 @@
-"""Slicing ops: slice, strided slice, gather, gather_nd.
+"""Slicing ops: gathers, n-d gathers and scatters, slices, strided slices, stitch, partition.
 
-The trick for gathers: a loop-invariant `params` gathered by stacked indices is a single
-gather whose result already carries the loop axis; stacked params use `batch_dims` to pair
-each iteration's params with its own indices.
+The tricks:
+- Gather: loop-invariant params gathered by stacked indices is one gather whose result
+  already carries the loop axis (moved to the front when the gather axis is not 0); stacked
+  params pair each iteration with its own indices through `batch_dims + 1`.
+- N-d gathers and scatters into a stacked tensor get an iteration coordinate prepended to
+  every index, so one op serves every iteration without mixing them.
+- Slices whose bounds are the same in every iteration prepend a full slice for the loop
+  axis. Bounds that differ per iteration become gathers of per-iteration index ranges
+  `start + range(length) * stride`: the length must be the same in every iteration (a
+  run-time assertion checks it); it is known at trace time where the body's graph shows
+  `end = begin + constant`, as in `x[i:i + 1]`, which keeps XLA's static shapes.
+- Stitch and partition fold the loop axis into the data: invariant indices (partitions)
+  carry it as a trailing data dim, stacked ones are offset (or kept in order) per iteration.
 """
 
+from typing import NamedTuple, Optional, Union
+
+import numpy as np
 import tensorflow as tf
 
+from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.registry import register
 from vectorize.values import stacked
 
+# ----------------------------------------------------------------------------------------
+# Small tensor helpers.
+
+
+def _rank(op, i):
+  """The per-iteration static rank of input i; Unvectorizable when it is unknown."""
+  r = op.input_shape(i).rank
+  if r is None:
+    raise Unvectorizable(f"input {i} of {op.type} has an unknown rank")
+  return r
+
+
+def _move_axis(tensor, source, destination):
+  """Transposes axis `source` of `tensor` to position `destination`."""
+  if source == destination:
+    return tensor
+  perm = list(range(values.rank(tensor)))
+  perm.insert(destination, perm.pop(source))
+  return tf.transpose(tensor, perm)
+
+
+def _loop_ids(n, like):
+  """`[n]` iteration ids with the dtype of `like`."""
+  return tf.range(tf.cast(n, like.dtype), dtype=like.dtype)
+
+
+def _prepend_iteration_coordinate(indices):
+  """`[n, M..., k] -> [n, M..., k + 1]`: each index gets its iteration id in front."""
+  shape = tf.shape(indices, out_type=indices.dtype)
+  ids = values.expand_after_loop_axis(_loop_ids(shape[0], indices), values.rank(indices) - 1)
+  ids = tf.broadcast_to(ids, tf.concat([shape[:-1], tf.ones([1], indices.dtype)], 0))
+  return tf.concat([ids, indices], -1)
+
+
+def _with_loop_dim(n, shape):
+  """`shape -> [n] + shape` for a shape vector."""
+  return tf.concat([tf.reshape(tf.cast(n, shape.dtype), [1]), shape], 0)
+
+
+def _as_vector(items, dtype):
+  """Packs ints and scalar tensors into a vector of `dtype`."""
+  if all(isinstance(v, (int, np.integer)) for v in items):
+    return tf.constant([int(v) for v in items], dtype)
+  return tf.stack([tf.cast(v, dtype) for v in items])
+
+
+# ----------------------------------------------------------------------------------------
+# Gathers and scatters.
+
+
+def _gather(params, indices, axis, batch_dims, n):
+  """Per-iteration `tf.gather(params, indices, axis, batch_dims)` on Values, non-negative
+  axis and batch_dims; returns the stacked result."""
+  if not params.stacked:
+    # [n, B..., I...] -> [B..., n, I...]: the loop axis becomes an index dim and lands at
+    # `axis` of the result.
+    moved = _move_axis(indices.tensor, 0, batch_dims)
+    return _move_axis(tf.gather(params.tensor, moved, axis=axis, batch_dims=batch_dims),
+                      axis, 0)
+  if not indices.stacked and batch_dims == 0:
+    return tf.gather(params.tensor, indices.tensor, axis=axis + 1)
+  return tf.gather(params.tensor, values.stack(indices, n), axis=axis + 1,
+                   batch_dims=batch_dims + 1)
+
 
 @register("GatherV2")
 def _convert_gather_v2(op):
-  """Invariant params: one gather (axis 0 only, for now). TODO: the other cases fall back."""
+  """See `_gather`: one gather for every combination of stacked params and indices."""
   axis = int(op.static_value(2))
-  if op.attr("batch_dims") != 0 or axis != 0 or op.is_stacked(0):
-    raise Unvectorizable("only gathers of loop-invariant params on axis 0 are handled so far")
-  return stacked(tf.gather(op.invariant(0), op.value(1).tensor, axis=0))
+  batch_dims = op.attr("batch_dims")
+  if axis < 0:
+    axis += _rank(op, 0)
+  if batch_dims < 0:
+    batch_dims += _rank(op, 1)
+  return stacked(_gather(op.value(0), op.value(1), axis, batch_dims, op.ctx.n))
+
+
+@register("Gather")
+def _convert_gather(op):
+  """The old axis-0 gather, emitted as GatherV2."""
+  return stacked(_gather(op.value(0), op.value(1), 0, 0, op.ctx.n))
+
+
+@register("GatherNd")
+def _convert_gather_nd(op):
+  """Invariant params: the stacked indices' loop axis is one more index dim; stacked params:
+  each index gets its iteration id."""
+  if not op.is_stacked(0):
+    return stacked(op.rebuild([op.invariant(0), op.value(1).tensor])[0])
+  indices = _prepend_iteration_coordinate(op.stacked(1))
+  return stacked(op.rebuild([op.value(0).tensor, indices])[0])
+
+
+@register("ScatterNd")
+def _convert_scatter_nd(op):
+  """Scatters every iteration into its own row of `[n] + shape`."""
+  indices = _prepend_iteration_coordinate(op.stacked(0))
+  shape = _with_loop_dim(op.ctx.n, op.invariant(2))
+  return stacked(op.rebuild([indices, op.stacked(1), shape])[0])
+
+
+def _convert_tensor_scatter(op):
+  """Scatters into the stacked tensor, each index prefixed by its iteration id."""
+  indices = _prepend_iteration_coordinate(op.stacked(1))
+  return stacked(op.rebuild([op.stacked(0), indices, op.stacked(2)])[0])
+
+
+# ----------------------------------------------------------------------------------------
+# Slices: a plan per per-iteration input dim, then one strided slice and a few gathers.
+
+
+class _Fixed(NamedTuple):
+  """A dim sliced the same way in every iteration (ints or invariant scalar tensors)."""
+  begin: object = 0
+  end: object = 0
+  stride: int = 1
+  begin_masked: bool = True
+  end_masked: bool = True
+  shrink: bool = False
+
+
+_FULL = _Fixed()
+
+
+class _Varying(NamedTuple):
+  """A dim whose bounds differ per iteration: indices `start + range(length) * stride`.
+
+  `start` is `[n]`; `length` an int or scalar tensor; `sizes` the `[n]` per-iteration
+  lengths that must all equal `length` (None when they do by construction). A `shrink` dim
+  gathers `start` alone and drops the dim.
+  """
+  start: tf.Tensor
+  length: Union[int, tf.Tensor, None]
+  stride: int
+  shrink: bool
+  sizes: Optional[tf.Tensor]
+
+
+def _slice_by_plan(x, plan, new_axes, n, dtype, what):
+  """Slices the Value `x` per iteration as `plan` (one entry per input dim) says.
+
+  One strided slice applies the `_Fixed` dims (the loop axis rides along as a full slice);
+  then each `_Varying` dim, last first so earlier positions stay put, is a gather of
+  `[n, length]` indices (`[n]` for shrink dims); last, `new_axes` (output positions, per
+  iteration) get unit dims. Returns the stacked result.
+  """
+  if _has_fixed(plan):
+    begin, end, strides, masks = _fixed_slice_args(plan, x.stacked, dtype)
+    x = values.Value(tf.strided_slice(x.tensor, begin, end, strides, **masks), x.stacked)
+  positions, pos = [], 0
+  for p in plan:
+    if isinstance(p, _Varying):
+      positions.append((pos, p))
+    if not (p.shrink and isinstance(p, _Fixed)):  # Varying dims are still there.
+      pos += 1
+  if positions:
+    checks = [_same_length_check(p, what) for _, p in positions if p.sizes is not None]
+    with tf.control_dependencies(checks):
+      for pos, p in reversed(positions):
+        indices = _range_indices(p)
+        if x.stacked:
+          x = stacked(tf.gather(x.tensor, indices, axis=pos + 1, batch_dims=1))
+        else:
+          x = stacked(_move_axis(tf.gather(x.tensor, indices, axis=pos), pos, 0))
+  out = values.stack(x, n)
+  for pos in new_axes:
+    out = tf.expand_dims(out, pos + 1)
+  return out
+
+
+def _has_fixed(plan):
+  return any(p is not _FULL and isinstance(p, _Fixed) for p in plan)
+
+
+def _fixed_slice_args(plan, with_loop_axis, dtype):
+  """begin, end, strides and mask attrs of the strided slice doing the `_Fixed` dims of
+  `plan` (the others are full slices), with a full slice in front for a loop axis."""
+  entries = ([_FULL] if with_loop_axis else []) + [p if isinstance(p, _Fixed) else _FULL
+                                                   for p in plan]
+  masks = {"begin_mask": 0, "end_mask": 0, "shrink_axis_mask": 0}
+  for k, e in enumerate(entries):
+    masks["begin_mask"] |= int(e.begin_masked) << k
+    masks["end_mask"] |= int(e.end_masked) << k
+    masks["shrink_axis_mask"] |= int(e.shrink) << k
+  vectors = [_as_vector([e[j] for e in entries], dtype) for j in range(3)]
+  return vectors + [masks]
+
+
+def _range_indices(p):
+  """`[n]` for a shrink dim, else `[n, length]`: `start + range(length) * stride`."""
+  start = tf.identity(p.start)
+  if p.shrink:
+    return start
+  steps = tf.range(tf.cast(p.length, start.dtype), dtype=start.dtype) * p.stride
+  return start[:, tf.newaxis] + steps[tf.newaxis, :]
+
+
+def _same_length_check(p, what):
+  return tf.debugging.Assert(
+      tf.reduce_all(tf.equal(p.sizes, tf.cast(p.length, p.sizes.dtype))),
+      [f"vectorize: {what} has a length that differs between iterations (or from the length "
+       "the graph implies); a vectorized loop needs the same shape in every iteration. "
+       "Lengths:", p.sizes])
+
+
+def _varying_length(sizes, static_length):
+  """The common length: static when known, else the largest (0 when there is none)."""
+  if static_length is not None:
+    return static_length
+  return tf.reduce_max(tf.concat([sizes, tf.zeros([1], sizes.dtype)], 0))
+
+
+def _column(op, i, k, dtype):
+  """Column k of the vector input i: (int or tensor, stacked flag); ints where the body's
+  graph holds a constant there (then it is the same in every iteration)."""
+  partial = tf.get_static_value(op.op.inputs[i], partial=True)
+  if partial is not None and partial[k] is not None:
+    return int(partial[k]), False
+  v = op.value(i)
+  column = v.tensor[:, k] if v.stacked else v.tensor[k]
+  return tf.cast(column, dtype), v.stacked
+
+
+def _dim_sizes(op, x, rank, dtype):
+  """Per-iteration dim sizes of input 0 (the Value `x`): ints where static, else scalars."""
+  static = op.input_shape(0).as_list()
+  dynamic = tf.shape(x.tensor, out_type=dtype)[int(x.stacked):]
+  return [static[d] if static[d] is not None else dynamic[d] for d in range(rank)]
+
+
+def _offset_form(tensor, k):
+  """(key, offset) such that column k of `tensor` is `key`'s value plus the int offset.
+
+  Follows Identity, Pack and additions of constants in the body's graph, so `i + 1` and
+  `i` share a key; used to see that `end - begin` is the same in every iteration.
+  """
+  offset = 0
+  while True:
+    if k is not None and tensor.shape.rank == 0:
+      k = None
+    o = tensor.op
+    if o.type == "Identity":
+      tensor = o.inputs[0]
+    elif o.type == "Pack" and k is not None and o.get_attr("axis") == 0:
+      tensor, k = o.inputs[k], None
+    elif o.type in ("AddV2", "Add", "Sub"):
+      a, b = o.inputs
+      cb, ca = _static_column(b, k), _static_column(a, k)
+      if cb is not None:
+        offset, tensor = offset + (cb if o.type != "Sub" else -cb), a
+      elif ca is not None and o.type != "Sub":
+        offset, tensor = offset + ca, b
+      else:
+        return (tensor.ref(), k), offset
+    else:
+      return (tensor.ref(), k), offset
+
+
+def _static_column(tensor, k):
+  value = tf.get_static_value(tensor)
+  if value is None:
+    return None
+  value = np.asarray(value)
+  if value.ndim == 0:
+    return int(value)
+  if value.ndim == 1 and k is not None:
+    return int(value[k if value.shape[0] > 1 else 0])
+  return None
+
+
+def _static_difference(op, k):
+  """Column k of `end - begin` (inputs 2 and 1) when the body's graph fixes it, else None."""
+  end_key, end_offset = _offset_form(op.op.inputs[2], k)
+  begin_key, begin_offset = _offset_form(op.op.inputs[1], k)
+  return end_offset - begin_offset if end_key == begin_key else None
+
+
+def _num_steps(interval, stride):
+  """Elements of `range(0, interval, stride)`, for ints or tensors."""
+  if isinstance(interval, int):
+    return max(0, -(-interval // stride))
+  return tf.maximum(tf.math.floordiv(interval + stride - (1 if stride > 0 else -1), stride),
+                    0)
+
+
+def _canonical(x, dim, stride, masked, is_end, dtype):
+  """A Python-slicing bound as a tensor: masked -> the end of the full range, negatives
+  count from the end, then clamped to the valid range."""
+  dim = tf.cast(dim, dtype)
+  lo, hi = (tf.zeros([], dtype), dim) if stride > 0 else (-tf.ones([], dtype), dim - 1)
+  if masked:
+    return (hi if is_end else lo) if stride > 0 else (lo if is_end else hi)
+  x = tf.cast(x, dtype)
+  return tf.minimum(tf.maximum(tf.where(x < 0, x + dim, x), lo), hi)
+
+
+def _strided_slice_plan(op, x):
+  """The slice plan and new-axis output positions of a StridedSlice (x: its input Value) or
+  StridedSliceGrad (x None) whose begin or end differ per iteration. Inputs 1-3 are begin,
+  end and strides; strides must be constants."""
+  strides = op.static_value(3)
+  dtype = op.attr("Index")
+  if x is None:
+    dims = _shape_entries(op, dtype)
+    out_shape = op.input_shape(4)
+  else:
+    dims = _dim_sizes(op, x, _rank(op, 0), dtype)
+    out_shape = op.output_shape(0)
+  rank = len(dims)
+  masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
+                                            "new_axis_mask", "shrink_axis_mask")}
+  bits = lambda k: {name[:-5]: bool(mask >> k & 1) for name, mask in masks.items()}
+  entries = [bits(k) for k in range(int(strides.shape[0]))]
+  num_real = sum(1 for e in entries if not e["ellipsis"] and not e["new_axis"])
+  plan, new_axes, out_pos = [], [], 0
+  ellipsis_done = False
+  for k, e in enumerate(entries):
+    if e["ellipsis"]:
+      if not ellipsis_done:  # Only the first ellipsis counts.
+        plan.extend([_FULL] * (rank - num_real))
+        out_pos += rank - num_real
+        ellipsis_done = True
+    elif e["new_axis"]:
+      new_axes.append(out_pos)
+      out_pos += 1
+    else:
+      static_length = None
+      if not e["shrink_axis"] and out_shape.rank is not None:
+        static_length = out_shape[out_pos]
+      plan.append(_plan_dim(op, k, dims[len(plan)], int(strides[k]), e["begin"], e["end"],
+                            e["shrink_axis"], static_length, dtype))
+      out_pos += 0 if e["shrink_axis"] else 1
+  plan.extend([_FULL] * (rank - len(plan)))
+  return plan, new_axes
+
+
+def _shape_entries(op, dtype):
+  """The dim sizes given by the (invariant) shape input 0 of a StridedSliceGrad."""
+  static = tf.get_static_value(op.invariant(0))
+  if static is not None:
+    return [int(s) for s in static]
+  rank = op.input_shape(0)[0]
+  if rank is None:
+    raise Unvectorizable("the rank of the sliced tensor is unknown")
+  return [tf.cast(op.invariant(0)[d], dtype) for d in range(rank)]
+
+
+def _plan_dim(op, k, dim, stride, begin_masked, end_masked, shrink, static_length, dtype):
+  """The plan of one dim of a strided slice from its sparse entry k."""
+  n = op.ctx.n
+  begin, begin_stacked = _column(op, 1, k, dtype)
+  end, end_stacked = _column(op, 2, k, dtype)
+  if shrink:  # The end and masks play no part.
+    if not begin_stacked:
+      return _Fixed(begin, 0, stride, False, False, True)
+    dim = tf.cast(dim, dtype)
+    return _Varying(tf.where(begin < 0, begin + dim, begin), None, stride, True, None)
+  if not (begin_stacked and not begin_masked) and not (end_stacked and not end_masked):
+    return _Fixed(0 if begin_masked else begin, 0 if end_masked else end, stride,
+                  begin_masked, end_masked, False)
+  start = tf.broadcast_to(_canonical(begin, dim, stride, begin_masked, False, dtype), [n])
+  stop = _canonical(end, dim, stride, end_masked, True, dtype)
+  sizes = tf.broadcast_to(_num_steps(stop - start, stride), [n])
+  if static_length is None and not begin_masked and not end_masked:
+    difference = _static_difference(op, k)
+    if difference is not None:
+      static_length = _num_steps(difference, stride)
+  return _Varying(start, _varying_length(sizes, static_length), stride, False, sizes)
+
+
+def _shifted_masks(op):
+  """The strided-slice mask attrs with a full slice for the loop axis in front."""
+  return {"begin_mask": op.attr("begin_mask") << 1 | 1,
+          "end_mask": op.attr("end_mask") << 1 | 1,
+          "ellipsis_mask": op.attr("ellipsis_mask") << 1,
+          "new_axis_mask": op.attr("new_axis_mask") << 1,
+          "shrink_axis_mask": op.attr("shrink_axis_mask") << 1}
+
+
+def _prepend(vector, value):
+  return tf.concat([tf.constant([value], vector.dtype), vector], 0)
+
+
+@register("StridedSlice")
+def _convert_strided_slice(op):
+  """Invariant bounds: one strided slice with a full slice for the loop axis in front and
+  the masks shifted by one entry. Bounds that differ per iteration: `_slice_by_plan`."""
+  if op.is_stacked(3):
+    raise Unvectorizable("strides differ per iteration")
+  x = op.value(0)
+  if not op.is_stacked(1) and not op.is_stacked(2):
+    begin, end, strides = (op.invariant(i) for i in (1, 2, 3))
+    return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(end, 0),
+                               _prepend(strides, 1)], _shifted_masks(op))[0])
+  plan, new_axes = _strided_slice_plan(op, x)
+  return stacked(_slice_by_plan(x, plan, new_axes, op.ctx.n, op.attr("Index"),
+                                f"strided slice {op.op.name}"))
+
+
+@register("StridedSliceGrad")
+def _convert_strided_slice_grad(op):
+  """The adjoint of StridedSlice: invariant bounds shift like the forward op; bounds that
+  differ per iteration scatter `dy` back through the forward plan, dim by dim."""
+  if op.is_stacked(0) or op.is_stacked(3):
+    raise Unvectorizable("the shape or strides of a strided-slice gradient differ per "
+                         "iteration")
+  n = op.ctx.n
+  shape, dy = op.invariant(0), op.stacked(4)
+  if not op.is_stacked(1) and not op.is_stacked(2):
+    begin, end, strides = (op.invariant(i) for i in (1, 2, 3))
+    return stacked(op.rebuild([_with_loop_dim(n, shape), _prepend(begin, 0), _prepend(end, 0),
+                               _prepend(strides, 1), dy], _shifted_masks(op))[0])
+  plan, new_axes = _strided_slice_plan(op, None)
+  dtype = op.attr("Index")
+  if new_axes:
+    dy = tf.squeeze(dy, [p + 1 for p in new_axes])
+  checks = [_same_length_check(p, f"strided slice gradient {op.op.name}")
+            for p in plan if isinstance(p, _Varying) and p.sizes is not None]
+  pos = 0
+  with tf.control_dependencies(checks):
+    for p, dim in zip(plan, _shape_entries(op, dtype)):
+      if isinstance(p, _Varying):
+        dy = _scatter_dim(dy, _range_indices(p), pos, dim)
+      if not (p.shrink and isinstance(p, _Fixed)):
+        pos += 1
+  if not _has_fixed(plan):
+    return stacked(dy)
+  begin, end, strides, masks = _fixed_slice_args(plan, True, dtype)
+  return stacked(tf.raw_ops.StridedSliceGrad(shape=_with_loop_dim(n, shape), begin=begin,
+                                             end=end, strides=strides, dy=dy, **masks))
+
+
+def _scatter_dim(dy, indices, pos, dim):
+  """Undoes one per-iteration gather at per-iteration axis `pos` of the stacked `dy`:
+  `[n, ..., length, ...]` (no dim for `[n]` indices) -> `[n, ..., dim, ...]`, zeros
+  elsewhere. Indices are distinct within an iteration, so summing scatters place values."""
+  shrink = values.rank(indices) == 1
+  moved = dy if shrink else _move_axis(dy, pos + 1, 1)  # [n, length, rest...] or [n, rest...]
+  ids = _loop_ids(tf.shape(indices)[0], indices)
+  if shrink:
+    coordinates = tf.stack([ids, indices], -1)  # [n, 2]
+  else:
+    ids = tf.broadcast_to(ids[:, tf.newaxis], tf.shape(indices))
+    coordinates = tf.stack([ids, indices], -1)  # [n, length, 2]
+  rest = tf.shape(moved, out_type=indices.dtype)[(1 if shrink else 2):]
+  target = tf.concat([tf.shape(indices, out_type=indices.dtype)[:1],
+                      tf.reshape(tf.cast(dim, indices.dtype), [1]), rest], 0)
+  out = tf.scatter_nd(coordinates, moved, target)  # [n, dim, rest...]
+  return _move_axis(out, 1, pos + 1)
+
+
+@register("Slice")
+def _convert_slice(op):
+  """Invariant begin and size: prepend 0 and -1 (the whole loop axis). Otherwise gathers of
+  per-iteration ranges (`_slice_by_plan`)."""
+  x = op.value(0)
+  if not op.is_stacked(1) and not op.is_stacked(2):
+    begin, size = op.invariant(1), op.invariant(2)
+    return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(size, -1)])[0])
+  dtype = op.attr("Index")
+  rank = _rank(op, 0)
+  dims = _dim_sizes(op, x, rank, dtype)
+  out_shape = op.op.outputs[0].shape
+  plan = []
+  for d in range(rank):
+    static_length = out_shape[d] if out_shape.rank is not None else None
+    plan.append(_plan_slice_dim(op, d, dims[d], static_length, dtype))
+  return stacked(_slice_by_plan(x, plan, [], op.ctx.n, dtype, f"slice {op.op.name}"))
+
+
+def _plan_slice_dim(op, d, dim, static_length, dtype):
+  begin, begin_stacked = _column(op, 1, d, dtype)
+  size, size_stacked = _column(op, 2, d, dtype)
+  if isinstance(size, int):
+    end = dim if size < 0 else begin + size
+  else:
+    end = tf.where(size < 0, tf.cast(dim, dtype), begin + size)
+  if not begin_stacked and not size_stacked:
+    return _Fixed(begin, end, 1, False, False, False)
+  start = tf.broadcast_to(tf.convert_to_tensor(begin, dtype), [op.ctx.n])
+  if isinstance(size, int) and size >= 0:
+    return _Varying(start, size, 1, False, None)
+  sizes = tf.broadcast_to(end - start, [op.ctx.n])
+  return _Varying(start, _varying_length(sizes, static_length), 1, False, sizes)
+
+
+# ----------------------------------------------------------------------------------------
+# Stitch and partition.
+
+
+@register("DynamicStitch", "ParallelDynamicStitch")
+def _convert_dynamic_stitch(op):
+  """Invariant indices: data `[n, I..., rest] -> [I..., n, rest]`, stitch, loop axis back.
+  Stacked indices: iteration i's indices are offset by i * size, one stitch fills
+  `[n * size, rest]`, split back; `size` (largest index + 1) is the same in every
+  iteration whenever the loop's result can be stacked."""
+  n = op.ctx.n
+  num = op.num_inputs // 2
+  indices, data = op.inputs[:num], op.inputs[num:]
+  ranks = [_rank(op, m) for m in range(num)]
+  if not any(v.stacked for v in indices):
+    moved = [_move_axis(values.stack(v, n), 0, r) for v, r in zip(data, ranks)]
+    return stacked(_move_axis(op.rebuild([v.tensor for v in indices] + moved)[0], 1, 0))
+  all_indices = [values.stack(v, n) for v in indices]
+  largest = tf.reduce_max(tf.stack([tf.reduce_max(t) for t in all_indices]))
+  size = tf.maximum(largest, -1) + 1
+  offsets = tf.range(n) * size
+  shifted = [t + values.expand_after_loop_axis(offsets, r) for t, r in zip(all_indices, ranks)]
+  out = op.rebuild(shifted + [values.stack(v, n) for v in data])[0]  # [n * size, rest...]
+  return stacked(values.split_leading(out, n, size))
+
+
+@register("DynamicPartition")
+def _convert_dynamic_partition(op):
+  """Invariant partitions: data `[n, P..., rest] -> [P..., n, rest]`, partition, loop axis
+  back. Stacked partitions: partition every iteration at once (order is kept, so each output
+  is iteration-major) and split the loop axis back; each iteration must send the same number
+  of elements to each partition (a run-time assertion checks it)."""
+  n = op.ctx.n
+  r = _rank(op, 1)
+  num_partitions = op.attr("num_partitions")
+  data, partitions = op.value(0), op.value(1)
+  if not partitions.stacked:
+    moved = _move_axis(data.tensor, 0, r)
+    return [stacked(_move_axis(t, 1, 0)) for t in op.rebuild([moved, partitions.tensor])]
+  data = op.stacked(0)
+  flat_partitions = tf.reshape(partitions.tensor, tf.size(partitions.tensor)[tf.newaxis])
+  shape = tf.shape(data)
+  flat_data = tf.reshape(data, tf.concat([tf.reshape(tf.reduce_prod(shape[:r + 1]), [1]),
+                                          shape[r + 1:]], 0))
+  per_iteration = tf.reshape(partitions.tensor, tf.stack([n, tf.reduce_prod(shape[1:r + 1])]))
+  counts = tf.reduce_sum(tf.one_hot(per_iteration, num_partitions, dtype=tf.int32), 1)
+  check = tf.debugging.Assert(
+      tf.reduce_all(tf.equal(counts, counts[:1])),
+      [f"vectorize: dynamic partition {op.op.name} sends different numbers of elements to a "
+       "partition in different iterations; a vectorized loop needs the same shape in every "
+       "iteration. Counts per iteration:", counts])
+  with tf.control_dependencies([check]):
+    outs = op.rebuild([flat_data, flat_partitions])
+  sizes = tf.reduce_sum(counts[:1], 0)  # Iteration 0's counts, zeros when n is 0.
+  return [stacked(values.split_leading(t, n, sizes[p])) for p, t in enumerate(outs)]
+
+
+register("TensorScatterAdd", "TensorScatterMax", "TensorScatterMin", "TensorScatterSub",
+         "TensorScatterUpdate")(_convert_tensor_scatter)
