@@ -1,21 +1,393 @@
 """Shape ops: identity, reshape, transpose, expand/squeeze, concat, pack, pad, tile, ...
 
 The trick: the loop axis is axis 0 of every stacked tensor, so a per-iteration axis `a`
-becomes `a + 1` (negative axes stay), and a per-iteration shape `s` becomes `[n] + s`.
+becomes `a + 1` (negative axes count from the end and stay), a per-iteration shape `s`
+becomes `[n] + s`, a permutation `p` becomes `[0] + (p + 1)` and paddings gain a `[0, 0]`
+row. Ops that only read their input's shape (Shape, Size, ZerosLike, ...) give invariant
+results. Shape-like inputs (reshape targets, multiples, paddings, perms) that differ per
+iteration would make per-iteration output shapes differ, so they raise Unvectorizable.
 """
 
+import numpy as np
+import tensorflow as tf
+
+from vectorize import values
+from vectorize.errors import Unvectorizable
+from vectorize.family import register_axis_shift, register_invariant_output
+from vectorize.lists import DenseList
 from vectorize.registry import register
-from vectorize.values import Value
+from vectorize.values import Value, stacked
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient")
+# ----------------------------------------------------------------------------- helpers
+
+def _loop_len(op, dtype=tf.int32):
+  """n as a 1-vector of `dtype` (a constant when n is known at trace time)."""
+  if op.ctx.static_n is not None:
+    return tf.constant([op.ctx.static_n], dtype)
+  return tf.cast(tf.reshape(op.ctx.n, [1]), dtype)
+
+
+def _with_loop_len(op, shape):
+  """`s -> [n] + s` for a per-iteration shape vector (numpy value or tensor)."""
+  shape = tf.convert_to_tensor(shape)
+  return tf.concat([_loop_len(op, shape.dtype), shape], 0)
+
+
+def _shifted_axes(op, i):
+  """Invariant axis input i (scalar or vector) moved past the loop axis; numpy if static."""
+  axis = op.invariant(i)
+  static = tf.get_static_value(axis)
+  if static is None:
+    return values.shift_axis(axis)
+  static = np.asarray(static)
+  return np.where(static >= 0, static + 1, static).astype(static.dtype)
+
+
+def _shifted_dims_attr(dims):
+  """A list attr of per-iteration axes, moved past the loop axis."""
+  return [values.shift_axis(d) for d in dims]
+
+
+def _static_rank(shape, what):
+  """The rank of a static shape; Unvectorizable when unknown (a rank-padding needs it)."""
+  if shape.rank is None:
+    raise Unvectorizable(f"the per-iteration rank of {what} is unknown")
+  return shape.rank
+
+
+def _broadcast_scalar(op, i, out_rank):
+  """Scalar input i as a tensor broadcasting against a stacked rank-`out_rank` result."""
+  v = op.value(i)
+  return values.expand_after_loop_axis(v.tensor, out_rank) if v.stacked else v.tensor
+
+
+def _stack_all(op, indices):
+  """Inputs `indices` with the loop axis; only the invariant ones are tiled."""
+  return [op.stacked(i) for i in indices]
+
+
+# ----------------------------------------------------------------------------- identity-like
+
+@register("CheckNumerics", "CheckNumericsV2", "Identity", "PreventGradient", "Snapshot",
+          "StopGradient")
 def _convert_identity(op):
-  """Passes the value through, stacked or not (kept as an op so gradients stop where asked)."""
+  """Passes the value through, stacked or not (kept as an op so gradients stop where asked).
+
+  A stacked TensorList (a `DenseList` of tensors) passes field by field.
+  """
   v = op.value(0)
+  if isinstance(v.tensor, DenseList):
+    return Value(DenseList(*[op.rebuild([t], {"T": t.dtype})[0] for t in v.tensor]), True)
   return Value(op.rebuild([v.tensor])[0], v.stacked)
 
 
 @register("IdentityN")
 def _convert_identity_n(op):
+  """Each output keeps its input's stackedness."""
   outs = op.rebuild([v.tensor for v in op.inputs])
   return [Value(t, v.stacked) for t, v in zip(outs, op.inputs)]
+
+
+@register("EnsureShape")
+def _convert_ensure_shape(op):
+  """Checks `[n] + shape` on the stacked input."""
+  shape = tf.TensorShape([op.ctx.static_n]).concatenate(tf.TensorShape(op.attr("shape")))
+  return stacked(op.rebuild([op.stacked(0)], {"shape": shape})[0])
+
+
+# ----------------------------------------------------------------------------- reshaping
+
+def _resolved_shape(sizes, in_shape):
+  """The per-iteration shape `tf.reshape(x, sizes)` produces, with -1 resolved as TF does.
+
+  `in_shape` is x's per-iteration shape (known even when n is 0, unlike dividing the stacked
+  element count by n). Zero dims are left out of both products when `sizes` has one.
+  """
+  minus_one = tf.equal(sizes, -1)
+  has_zero = tf.reduce_any(tf.equal(sizes, 0))
+  known = tf.where(minus_one | tf.equal(sizes, 0), tf.ones_like(sizes), sizes)
+  counted = tf.where(has_zero & tf.equal(in_shape, 0), tf.ones_like(in_shape), in_shape)
+  missing = tf.reduce_prod(counted) // tf.reduce_prod(known)
+  return tf.where(minus_one, missing, sizes)
+
+
+@register("Reshape")
+def _convert_reshape(op):
+  """`[n] + s` reshape; -1 in s is resolved per iteration, never left to the stacked reshape."""
+  x = op.stacked(0)
+  sizes = op.invariant(1)
+  out_shape = op.output_shape(0)
+  static_sizes = tf.get_static_value(sizes)
+  if out_shape.is_fully_defined():
+    shape = np.array(out_shape.as_list(), sizes.dtype.as_numpy_dtype)
+  elif static_sizes is not None and not np.any(np.asarray(static_sizes) == -1):
+    shape = static_sizes
+  else:
+    shape = _resolved_shape(sizes, tf.shape(x, out_type=sizes.dtype)[1:])
+  return stacked(tf.reshape(x, _with_loop_len(op, shape)))
+
+
+@register("Squeeze")
+def _convert_squeeze(op):
+  """Shifts `squeeze_dims`; with none given, names the per-iteration unit dims (never axis 0)."""
+  dims = op.attr("squeeze_dims")
+  if not dims:
+    shape = op.input_shape(0)
+    _static_rank(shape, "the squeezed input")
+    if any(d is None for d in shape.as_list()):
+      raise Unvectorizable("squeezing every unit dim needs a known per-iteration shape")
+    dims = [k for k, d in enumerate(shape.as_list()) if d == 1]
+    if not dims:   # nothing to squeeze; an empty attr would squeeze the loop axis if n == 1
+      return stacked(op.stacked(0))
+  return stacked(op.rebuild([op.stacked(0)], {"squeeze_dims": _shifted_dims_attr(dims)})[0])
+
+
+@register("Transpose", "ConjugateTranspose")
+def _convert_transpose(op):
+  """Keeps the loop axis first: `perm -> [0] + (perm + 1)`."""
+  perm = op.invariant(1)
+  static = tf.get_static_value(perm)
+  if static is not None:
+    new_perm = np.concatenate([[0], np.asarray(static) + 1]).astype(perm.dtype.as_numpy_dtype)
+  else:
+    new_perm = tf.concat([tf.zeros([1], perm.dtype), perm + 1], 0)
+  return stacked(op.rebuild([op.stacked(0), new_perm])[0])
+
+
+@register("Tile")
+def _convert_tile(op):
+  """`multiples -> [1] + multiples`."""
+  multiples = tf.convert_to_tensor(op.invariant(1))
+  new_multiples = tf.concat([tf.ones([1], multiples.dtype), multiples], 0)
+  return stacked(op.rebuild([op.stacked(0), new_multiples])[0])
+
+
+@register("BroadcastTo")
+def _convert_broadcast_to(op):
+  """Pads the stacked input's rank after the loop axis, then broadcasts to `[n] + shape`."""
+  shape = op.invariant(1)
+  out_rank = _static_rank(op.output_shape(0), "BroadcastTo's result")
+  in_rank = _static_rank(op.input_shape(0), "BroadcastTo's input")
+  x = values.expand_after_loop_axis(op.stacked(0), out_rank - in_rank)
+  return stacked(tf.broadcast_to(x, _with_loop_len(op, shape)))
+
+
+@register("Fill")
+def _convert_fill(op):
+  """A stacked scalar value: reshape it to `[n, 1, ..., 1]` and broadcast to `[n] + dims`."""
+  dims = op.invariant(0)
+  value = op.stacked(1)
+  unit = tf.concat([_loop_len(op, dims.dtype), tf.ones_like(dims)], 0)
+  return stacked(tf.broadcast_to(tf.reshape(value, unit), _with_loop_len(op, dims)))
+
+
+# ----------------------------------------------------------------------------- joining, splitting
+
+@register("ConcatV2")
+def _convert_concat_v2(op):
+  """Concatenates stacked pieces (invariant ones tiled) on the shifted axis."""
+  num = op.num_inputs - 1
+  return stacked(op.rebuild(_stack_all(op, range(num)) + [_shifted_axes(op, num)])[0])
+
+
+@register("Concat")
+def _convert_concat(op):
+  """ConcatV2 with the axis first."""
+  num = op.num_inputs - 1
+  return stacked(op.rebuild([_shifted_axes(op, 0)] + _stack_all(op, range(1, num + 1)))[0])
+
+
+@register("Pack")
+def _convert_pack(op):
+  """Packs stacked pieces (invariant ones tiled) on the shifted axis."""
+  return stacked(op.rebuild(_stack_all(op, range(op.num_inputs)),
+                            {"axis": values.shift_axis(op.attr("axis"))})[0])
+
+
+@register("Split")
+def _convert_split(op):
+  """Splits the stacked value on the shifted axis; every piece keeps the loop axis."""
+  return [stacked(t) for t in op.rebuild([_shifted_axes(op, 0), op.stacked(1)])]
+
+
+@register("SplitV")
+def _convert_split_v(op):
+  """As Split; the sizes (-1 included) are per-iteration and stay."""
+  return [stacked(t) for t in op.rebuild([op.stacked(0), op.invariant(1),
+                                          _shifted_axes(op, 2)])]
+
+
+@register("ConcatOffset")
+def _convert_concat_offset(op):
+  """Offsets of each piece: the running sum of the earlier pieces' sizes on `concat_dim`.
+
+  Stacked shapes are `[n, r]`; invariant ones `[r]` broadcast against them. The op's
+  consistency checks are not repeated.
+  """
+  shapes = [op.value(i).tensor for i in range(1, op.num_inputs)]
+  r = op.input_shape(1)[0]
+  if r is None:
+    raise Unvectorizable("ConcatOffset's shape vectors have unknown length")
+  dim = op.value(0).tensor
+  dim = tf.where(dim < 0, dim + r, dim)
+  mask = tf.one_hot(dim, r, dtype=shapes[0].dtype)   # [r] or [n, r]
+  offset = tf.zeros_like(mask[..., :1])
+  outs = []
+  for s in shapes:
+    outs.append(offset * mask)
+    offset = offset + tf.reduce_sum(s * mask, -1, keepdims=True)
+  n_shape = _with_loop_len(op, [r])
+  return [stacked(tf.broadcast_to(o, n_shape)) for o in outs]
+
+
+# ----------------------------------------------------------------------------- padding
+
+def _paddings_with_loop_row(op, i):
+  """Invariant paddings input i `[r, 2] -> [r + 1, 2]`, no padding on the loop axis."""
+  paddings = tf.convert_to_tensor(op.invariant(i))
+  return tf.concat([tf.zeros([1, 2], paddings.dtype), paddings], 0)
+
+
+@register("Pad")
+def _convert_pad(op):
+  """Pads nothing on the loop axis."""
+  return stacked(op.rebuild([op.stacked(0), _paddings_with_loop_row(op, 1)])[0])
+
+
+@register("MirrorPad", "MirrorPadGrad")
+def _convert_mirror_pad(op):
+  """Adds a zero padding row; an empty loop axis gets an empty result without running the op.
+
+  The kernels check every dim against its padding (REFLECT needs padding < size), which a
+  zero padding of an empty loop axis fails although nothing is padded.
+  """
+  x = op.stacked(0)
+  paddings = _paddings_with_loop_row(op, 1)
+  sign = 1 if op.type == "MirrorPad" else -1
+
+  def pad():
+    return op.rebuild([x, paddings])[0]
+
+  def empty():
+    return tf.zeros(tf.shape(x, out_type=paddings.dtype) + sign * tf.reduce_sum(paddings, 1),
+                    x.dtype)
+
+  if op.ctx.static_n is not None:
+    return stacked(empty() if op.ctx.static_n == 0 else pad())
+  return stacked(tf.cond(op.ctx.n > 0, pad, empty))
+
+
+@register("PadV2")
+def _convert_pad_v2(op):
+  """A stacked pad value: pad with zeros, then select the value where a mask was padded."""
+  paddings = _paddings_with_loop_row(op, 1)
+  if not op.is_stacked(2):
+    return stacked(op.rebuild([op.stacked(0), paddings, op.invariant(2)])[0])
+  x = op.stacked(0)
+  padded = tf.pad(x, paddings)
+  inside = tf.pad(tf.ones(tf.shape(x)[1:], tf.bool), op.invariant(1))
+  out_rank = _static_rank(op.input_shape(0), "PadV2's input")
+  return stacked(tf.where(inside, padded, _broadcast_scalar(op, 2, out_rank)))
+
+
+# ----------------------------------------------------------------------------- other
+
+@register("OneHot")
+def _convert_one_hot(op):
+  """Shifts `axis`; stacked on/off values select from a boolean one-hot."""
+  depth = op.invariant(1)
+  axis = values.shift_axis(op.attr("axis"))
+  indices = op.value(0)
+  if not (op.is_stacked(2) or op.is_stacked(3)):
+    return stacked(op.rebuild([op.stacked(0), depth, op.invariant(2), op.invariant(3)],
+                              {"axis": axis})[0])
+  if indices.stacked:
+    hot = tf.one_hot(indices.tensor, depth, True, False, axis=axis, dtype=tf.bool)
+  else:
+    hot = tf.one_hot(indices.tensor, depth, True, False, axis=op.attr("axis"), dtype=tf.bool)
+  out_rank = _static_rank(op.output_shape(0), "OneHot's result")
+  return stacked(tf.where(hot, _broadcast_scalar(op, 2, out_rank),
+                          _broadcast_scalar(op, 3, out_rank)))
+
+
+@register("Reverse")
+def _convert_reverse(op):
+  """As ReverseV2 on the shifted axes (Reverse itself rejects an empty axis 0, i.e. n = 0)."""
+  dims = op.static_value(1)
+  return stacked(tf.reverse(op.stacked(0), [k + 1 for k in np.flatnonzero(dims)]))
+
+
+@register("InvertPermutation")
+def _convert_invert_permutation(op):
+  """Scatters `j` to `[i, x[i, j]]`: `[n, k] -> [n, k]`. Invalid permutations are not caught."""
+  x = op.stacked(0)
+  shape = tf.shape(x, out_type=x.dtype)
+  rows = tf.broadcast_to(tf.expand_dims(tf.range(shape[0]), 1), shape)
+  positions = tf.broadcast_to(tf.range(shape[1]), shape)
+  return stacked(tf.scatter_nd(tf.stack([rows, x], -1), positions, shape))
+
+
+@register("BroadcastArgs")
+def _convert_broadcast_args(op):
+  """Left-pads both shapes with ones to one length; then each dim is the non-one of the pair.
+
+  Incompatible shapes are not reported (the op itself would fail).
+  """
+  lengths = [op.input_shape(i)[0] for i in range(2)]
+  if None in lengths:
+    raise Unvectorizable("BroadcastArgs needs shape vectors of known length")
+  length = max(lengths)
+  padded = []
+  for i in range(2):
+    v = op.value(i)
+    ones_shape = ([op.ctx.n] if v.stacked else []) + [length - lengths[i]]
+    ones = tf.ones(tf.stack(ones_shape), v.dtype)
+    padded.append(tf.concat([ones, v.tensor], -1))
+  a, b = padded
+  return stacked(tf.where(tf.equal(a, 1), b, a))
+
+
+def _shape_like(op, shape):
+  return tf.cast(shape, op.attr("out_type"))
+
+
+@register("ShapeN")
+def _convert_shape_n(op):
+  """Each input's per-iteration shape, invariant."""
+  out = []
+  for v in op.inputs:
+    shape = tf.shape(v.tensor)[1:] if v.stacked else tf.shape(v.tensor)
+    out.append(values.invariant(_shape_like(op, shape)))
+  return out
+
+
+def _zeros(op, shape):
+  if op.attr("T") == tf.variant:
+    raise Unvectorizable("zeros of a variant need its per-iteration contents")
+  return tf.zeros(shape, op.attr("T"))
+
+
+def _ones(op, shape):
+  return tf.ones(shape, op.attr("T"))
+
+
+def _rank(op, shape):
+  del op
+  return tf.size(shape)
+
+
+def _size(op, shape):
+  return tf.reduce_prod(_shape_like(op, shape))
+
+
+# ----------------------------------------------------------------------------- table
+
+register_axis_shift("ExpandDims", axis_input=1)
+register_invariant_output("OnesLike", per_iteration=_ones)
+register_invariant_output("Rank", per_iteration=_rank)
+register_axis_shift("ReverseV2", axis_input=1)
+register_invariant_output("Shape", per_iteration=_shape_like)
+register_invariant_output("Size", per_iteration=_size)
+register_axis_shift("Unpack", axis_attr="axis")
+register_invariant_output("ZerosLike", per_iteration=_zeros)
