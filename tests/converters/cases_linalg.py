@@ -86,6 +86,14 @@ def up_to_sign(tol=DECOMPOSITION_TOL):
   return compare
 
 
+def _cholesky_gradient(x, upstream):
+  """The gradient of Cholesky (triangular solves, band part, set_diag), by a tape."""
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    factor = tf.linalg.cholesky(x)
+  return tape.gradient(factor, x, output_gradients=upstream)
+
+
 def _solve_ls(a, b, l2_regularizer, fast=True):
   """The MatrixSolveLs op itself (tf.linalg.lstsq emits other ops for static shapes)."""
   return tf.raw_ops.MatrixSolveLs(matrix=a, rhs=b, fast=fast,
@@ -142,6 +150,9 @@ CASES = [
            tol=DECOMPOSITION_TOL),
     OpCase("Cholesky-batch", tf.linalg.cholesky, [[2, 3, 3]], make=[spd],
            tol=DECOMPOSITION_TOL),
+    OpCase("Cholesky-gradient", _cholesky_gradient, [[3, 3], [3, 3]], dtypes=F,
+           make=[spd, None], tol=DECOMPOSITION_TOL,
+           op_types=("Cholesky", "MatrixTriangularSolve", "MatrixBandPart", "MatrixSetDiagV3")),
     OpCase("CholeskyGrad", lambda l, g: tf.raw_ops.CholeskyGrad(l=l, grad=g), [[3, 3], [3, 3]],
            dtypes=F, make=[lower_triangular, None], tol=DECOMPOSITION_TOL,
            xla="XLA has no CholeskyGrad kernel"),
