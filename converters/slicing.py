@@ -11,8 +11,9 @@ The tricks:
   `start + range(length) * stride`: the length must be the same in every iteration (a
   run-time assertion checks it); it is known at trace time where the body's graph shows
   `end = begin + constant`, as in `x[i:i + 1]`, which keeps XLA's static shapes.
-- Stitch and partition fold the loop axis into the data: invariant indices (partitions)
-  carry it as a trailing data dim, stacked ones are offset (or kept in order) per iteration.
+- Stitch and partition: with invariant indices (partitions) the loop axis rides along as
+  one more data dim; stacked ones are offset per iteration (partition keeps the order, so its
+  outputs come out iteration-major).
 """
 
 from typing import NamedTuple, Optional, Union
@@ -163,13 +164,13 @@ class _Varying(NamedTuple):
   sizes: Optional[tf.Tensor]
 
 
-def _slice_by_plan(x, plan, new_axes, n, dtype, what):
+def _slice_by_plan(x, plan, new_axes, dtype, what):
   """Slices the Value `x` per iteration as `plan` (one entry per input dim) says.
 
   One strided slice applies the `_Fixed` dims (the loop axis rides along as a full slice);
   then each `_Varying` dim, last first so earlier positions stay put, is a gather of
   `[n, length]` indices (`[n]` for shrink dims); last, `new_axes` (output positions, per
-  iteration) get unit dims. Returns the stacked result.
+  iteration) get unit dims. Returns a Value, invariant if no dim varies.
   """
   if _has_fixed(plan):
     begin, end, strides, masks = _fixed_slice_args(plan, x.stacked, dtype)
@@ -189,10 +190,10 @@ def _slice_by_plan(x, plan, new_axes, n, dtype, what):
           x = stacked(tf.gather(x.tensor, indices, axis=pos + 1, batch_dims=1))
         else:
           x = stacked(_move_axis(tf.gather(x.tensor, indices, axis=pos), pos, 0))
-  out = values.stack(x, n)
+  out = x.tensor
   for pos in new_axes:
-    out = tf.expand_dims(out, pos + 1)
-  return out
+    out = tf.expand_dims(out, pos + int(x.stacked))
+  return values.Value(out, x.stacked)
 
 
 def _has_fixed(plan):
@@ -420,8 +421,7 @@ def _convert_strided_slice(op):
     return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(end, 0),
                                _prepend(strides, 1)], _shifted_masks(op))[0])
   plan, new_axes = _strided_slice_plan(op, x)
-  return stacked(_slice_by_plan(x, plan, new_axes, op.ctx.n, op.attr("Index"),
-                                f"strided slice {op.op.name}"))
+  return _slice_by_plan(x, plan, new_axes, op.attr("Index"), f"strided slice {op.op.name}")
 
 
 @register("StridedSliceGrad")
@@ -492,22 +492,24 @@ def _convert_slice(op):
   for d in range(rank):
     static_length = out_shape[d] if out_shape.rank is not None else None
     plan.append(_plan_slice_dim(op, d, dims[d], static_length, dtype))
-  return stacked(_slice_by_plan(x, plan, [], op.ctx.n, dtype, f"slice {op.op.name}"))
+  return _slice_by_plan(x, plan, [], dtype, f"slice {op.op.name}")
 
 
 def _plan_slice_dim(op, d, dim, static_length, dtype):
+  """The plan of dim d of a Slice from its begin and size (-1: to the end)."""
   begin, begin_stacked = _column(op, 1, d, dtype)
   size, size_stacked = _column(op, 2, d, dtype)
-  if isinstance(size, int):
-    end = dim if size < 0 else begin + size
-  else:
-    end = tf.where(size < 0, tf.cast(dim, dtype), begin + size)
   if not begin_stacked and not size_stacked:
+    if isinstance(size, int):
+      return _Fixed(begin, 0 if size < 0 else begin + size, 1, False, size < 0, False)
+    end = tf.where(size < 0, tf.cast(dim, dtype), begin + size)
     return _Fixed(begin, end, 1, False, False, False)
-  start = tf.broadcast_to(tf.convert_to_tensor(begin, dtype), [op.ctx.n])
+  start = tf.broadcast_to(tf.cast(begin, dtype), [op.ctx.n])
   if isinstance(size, int) and size >= 0:
     return _Varying(start, size, 1, False, None)
-  sizes = tf.broadcast_to(end - start, [op.ctx.n])
+  to_end = tf.cast(dim, dtype) - start
+  sizes = to_end if isinstance(size, int) else tf.where(size < 0, to_end, size)
+  sizes = tf.broadcast_to(sizes, [op.ctx.n])
   return _Varying(start, _varying_length(sizes, static_length), 1, False, sizes)
 
 

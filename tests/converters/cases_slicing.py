@@ -80,6 +80,8 @@ CASES = [
            dtypes=_GATHER_DTYPES, make=[None, indices_below(4)]),
     OpCase("GatherNd-full_index", lambda x, i: tf.gather_nd(x, i), [[4, 4], [2, 3, 2]],
            dtypes=_GATHER_DTYPES, make=[None, indices_below(4)]),
+    OpCase("GatherNd-batch_dims", lambda x, i: tf.gather_nd(x, i, batch_dims=1),
+           [[3, 4, 2], [3, 2, 1]], dtypes=_GATHER_DTYPES, make=[None, indices_below(4)]),
     # Scatters.
     OpCase("ScatterNd", lambda i, u: tf.scatter_nd(i, u, [6, 3]), [[4, 1], [4, 3]],
            dtypes=((I32, F32), (I64, I32)), make=[indices_below(6), None]),
@@ -147,6 +149,19 @@ CASES = [
            lambda x, b: tf.strided_slice(x, b, b + 1, ellipsis_mask=1, new_axis_mask=4,
                                          shrink_axis_mask=2), [[3, 4, 5], [3]],
            dtypes=((F32, I32), (I32, I64)), make=[None, indices_below(5)],
+           loop_lengths=(1, 3)),
+    # Python indexing with per-iteration ints (begin and end are packed from scalars).
+    OpCase("StridedSlice-python_index", lambda x, s: x[s], [[5, 3], []],
+           dtypes=_GATHER_DTYPES, make=[None, indices_below(5)]),
+    OpCase("StridedSlice-python_range", lambda x, s: x[s:s + 2], [[5, 3], []],
+           dtypes=_GATHER_DTYPES, make=[None, indices_below(4)], loop_lengths=(1, 3)),
+    OpCase("StridedSlice-python_index_and_range", lambda x, s: x[s, 1:], [[5, 3], []],
+           dtypes=_GATHER_DTYPES, make=[None, indices_below(5)], loop_lengths=(1, 3)),
+    OpCase("StridedSlice-python_range_and_negative_index", lambda x, s: x[1:, s - 1],
+           [[5, 3], []], dtypes=_GATHER_DTYPES, make=[None, indices_below(3)],
+           loop_lengths=(1, 3)),
+    OpCase("StridedSlice-python_reversed_range", lambda x, s: x[:, s + 2:s:-1],
+           [[3, 5], []], dtypes=_GATHER_DTYPES, make=[None, indices_below(3)],
            loop_lengths=(1, 3)),
     # StridedSliceGrad.
     OpCase("StridedSliceGrad",
