@@ -9,3 +9,4 @@ from converters import reductions
 from converters import shapes
 from converters import slicing
 from converters import state
+from converters import tensor_lists

@@ -28,6 +28,13 @@ def output_spec(body):
       tf.TensorSpec([], tf.int32)).structured_outputs
 
 
+def example_spec(body):
+  """The per-iteration output structure of `body`, from running iteration 0 (so dims that
+  tracing leaves unknown are known)."""
+  return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype),
+                               body(tf.constant(0)))
+
+
 def run_pfor(body, n, mode="function", fallback=False, **kwargs):
   """Vectorizes `body` over n iterations in one of MODES; returns numpy structure."""
   if mode == "eager":

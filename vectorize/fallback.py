@@ -10,6 +10,7 @@ from absl import logging
 import tensorflow as tf
 
 from vectorize import graph_io
+from vectorize.errors import ConversionError
 from vectorize.values import stacked
 
 
@@ -24,6 +25,10 @@ def warn_once(op, ctx, reason):
 def run_sequentially(op, inputs, ctx):
   """Emits a while loop computing `op` iteration by iteration; returns stacked outputs."""
   dtypes = [t.dtype for t in op.outputs]
+  if any(t.dtype == tf.variant for t in list(op.inputs) + list(op.outputs)):
+    raise ConversionError(
+        f"Op {op.name} ({op.type}) takes or makes a TensorList or other variant that differs "
+        "per iteration; it has no vectorized form and cannot run in a sequential loop.")
 
   def body(i, *arrays):
     args = [tf.gather(v.tensor, i) if v.stacked else v.tensor for v in inputs]

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from vectorize import lists
 from vectorize.errors import Unvectorizable
 
 
@@ -38,6 +39,8 @@ def stack(value, n):
   if value.stacked:
     return value.tensor
   t = value.tensor
+  if t.dtype == tf.variant:
+    return lists.to_dense(t, n)
   multiples = tf.concat([tf.reshape(n, [1]), tf.ones([tf.rank(t)], tf.int32)], 0) \
       if t.shape.rank is None else [n] + [1] * t.shape.rank
   return tf.tile(tf.expand_dims(t, 0), multiples)

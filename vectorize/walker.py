@@ -17,6 +17,7 @@ from tensorflow.python.ops import handle_data_util
 
 from vectorize import fallback
 from vectorize import graph_io
+from vectorize import lists
 from vectorize import registry
 from vectorize.context import Report
 from vectorize.errors import ConversionError, Unvectorizable
@@ -63,16 +64,24 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
 
 
 def output_flags(graph, input_flags, ctx):
-  """Which outputs of `graph` would be stacked, given which inputs are; emits nothing.
+  """Which outputs of `graph` would be stacked, given which inputs are; emits nothing."""
+  return [v.stacked for v in dry_run(graph, input_flags, ctx)]
 
-  Converts `graph` once in a scratch graph, on placeholders shaped like its inputs (with a
-  loop axis where stacked). Control flow uses it to decide the stackedness of branch outputs
-  and loop variables before it emits anything.
+
+def dry_run(graph, input_flags, ctx):
+  """The output Values of `graph` converted in a scratch graph (read flags and shapes only).
+
+  Converts `graph` once, on placeholders shaped like its inputs (with a loop axis where
+  stacked). Control flow uses it to decide the stackedness of branch outputs and loop
+  variables before it emits anything.
   """
   scratch = func_graph_module.FuncGraph("vectorize_flags")
   with scratch.as_default():
     inputs = []
     for t, flag in zip(graph.inputs, input_flags):
+      if flag and t.dtype == tf.variant:
+        inputs.append(Value(lists.placeholder(t, ctx.static_n), True))
+        continue
       shape = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if flag else t.shape
       placeholder = tf.compat.v1.placeholder(t.dtype, shape)
       if t.dtype in (tf.resource, tf.variant):
@@ -83,7 +92,7 @@ def output_flags(graph, input_flags, ctx):
         ctx, n=n, indices=tf.compat.v1.placeholder(tf.int32, [ctx.static_n]),
         fallback_allowed=True, report=Report())
     outputs, _ = convert_graph(graph, inputs, dry_ctx)
-  return [v.stacked for v in outputs]
+  return outputs
 
 
 class _no_scope:

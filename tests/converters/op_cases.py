@@ -87,7 +87,7 @@ def nonzero_ints(rng, shape, dtype):
 
 
 FAMILIES = ("elementwise", "reductions", "shapes", "slicing", "linalg", "nn", "random",
-            "state", "calls")
+            "state", "tensor_lists", "calls", "control_flow")
 
 
 def _family_modules():

@@ -59,7 +59,7 @@ def check_case(case, pattern, dtypes, n, mode):
     return body
 
   expected = testing.sequential(body_for(reference_args) if n else None, n,
-                                testing.output_spec(body_for(reference_args)))
+                                testing.example_spec(body_for(reference_args)))
   actual = testing.run_pfor(body_for(args), n, mode=mode, fallback=case.allow_fallback)
   if case.compare == "values":
     testing.assert_allclose(actual, expected, case.tol)

@@ -24,8 +24,8 @@ keeps the old values where a lane is inactive, and re-evaluates the condition.
 import tensorflow as tf
 
 from vectorize import graph_io
+from vectorize import lists
 from vectorize import walker
-from vectorize.errors import Unvectorizable
 from vectorize.registry import register
 from vectorize.values import Value, select_lanes, stack, stacked
 
@@ -34,31 +34,43 @@ from vectorize.values import Value, select_lanes, stack, stacked
 def _convert_while(op):
   cond_graph = graph_io.function_graph(op.op, "cond")
   body_graph = graph_io.function_graph(op.op, "body")
-  if any(t.dtype == tf.variant for t in op.op.inputs):
-    raise Unvectorizable("loops carrying TensorLists or other variants are not converted yet")
-  flags, cond_stacked = _loop_flags(op, cond_graph, body_graph)
+  flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body_graph)
   ctx = op.ctx
-  init = [Value(stack(v, ctx.n) if f else v.tensor, f) for v, f in zip(op.inputs, flags)]
+  init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
+          for v, f, shape in zip(op.inputs, flags, element_shapes)]
   if not cond_stacked:
     return _invariant_loop(op, cond_graph, body_graph, init, flags)
-  if ctx.static_shapes:
+  carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
+  if ctx.static_shapes or carries_lists:
     return _masked_loop(op, cond_graph, body_graph, init, flags)
   return _active_set_loop(op, cond_graph, body_graph, init, flags)
 
 
 def _loop_flags(op, cond_graph, body_graph):
-  """The stacked flag of each loop variable, and whether the condition is stacked."""
+  """The stacked flag of each loop variable, whether the condition is stacked, and the
+  element shape of each stacked TensorList variable as the body writes it (or None)."""
   passthrough = [_is_passthrough(body_graph, k) for k in range(len(op.inputs))]
   flags = [v.stacked for v in op.inputs]
   for _ in range(len(flags) + 1):
-    body_flags = walker.output_flags(body_graph, flags, op.ctx)
+    body_outputs = walker.dry_run(body_graph, flags, op.ctx)
     cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
-    new = [f or b or (cond_stacked and not p)
-           for f, b, p in zip(flags, body_flags, passthrough)]
+    new = [f or v.stacked or (cond_stacked and not p)
+           for f, v, p in zip(flags, body_outputs, passthrough)]
     if new == flags:
-      return flags, cond_stacked
+      element_shapes = [v.tensor.buffer.shape[2:] if isinstance(v.tensor, lists.DenseList)
+                        else None for v in body_outputs]
+      return flags, cond_stacked, element_shapes
     flags = new
   raise AssertionError("the stackedness fixpoint of a while loop did not converge")
+
+
+def _initial(value, ctx, element_shape):
+  """The initial value of a stacked loop variable (an invariant one tiled)."""
+  if value.stacked:
+    return value.tensor
+  if value.tensor.dtype == tf.variant:
+    return lists.to_dense(value.tensor, ctx.n, element_shape)
+  return stack(value, ctx.n)
 
 
 def _is_passthrough(body_graph, k):
@@ -69,9 +81,13 @@ def _is_passthrough(body_graph, k):
   return t is body_graph.inputs[k]
 
 
-def _shape_invariant(op, k, flag, static_n):
+def _shape_invariant(op, k, value, flag):
+  """The shape invariant of loop variable k, held as `value` (a tensor or DenseList)."""
+  ctx = op.ctx
+  if isinstance(value, lists.DenseList):
+    return lists.shape_invariant(value, ctx.static_n, ctx.static_shapes)
   shape = op.op.outputs[k].shape
-  return tf.TensorShape([static_n]).concatenate(shape) if flag else shape
+  return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
 def _run_body(body_graph, values, flags, ctx):
@@ -92,9 +108,10 @@ def _invariant_loop(op, cond_graph, body_graph, init, flags):
 
   results = tf.while_loop(
       cond, body, [v.tensor for v in init],
-      shape_invariants=[_shape_invariant(op, k, f, ctx.static_n) for k, f in enumerate(flags)],
+      shape_invariants=[_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
+                        enumerate(zip(init, flags))],
       parallel_iterations=op.attr("parallel_iterations"))
-  return [Value(t, f) for t, f in zip(tf.nest.flatten(results), flags)]
+  return [Value(t, f) for t, f in zip(results, flags)]
 
 
 def _active_set_loop(op, cond_graph, body_graph, init, flags):
@@ -131,7 +148,7 @@ def _active_set_loop(op, cond_graph, body_graph, init, flags):
       unknown_n,
       [tf.TensorShape([None]).concatenate(op.op.outputs[k].shape) if f
        else op.op.outputs[k].shape for k, f in enumerate(flags)],
-      [_shape_invariant(op, k, True, ctx.static_n) for k in stacked_ids])
+      [_shape_invariant(op, k, init[k].tensor, True) for k in stacked_ids])
   _, state, accumulators = tf.while_loop(
       lambda positions, *_: tf.size(positions) > 0, loop_body, initial,
       shape_invariants=invariants, parallel_iterations=op.attr("parallel_iterations"))
@@ -148,7 +165,7 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
     """Inactive lanes take the variables of the first active lane."""
     first_active = tf.reduce_min(tf.where(active, lanes, ctx.n - 1))
     source = tf.where(active, lanes, first_active)
-    return source, [Value(tf.gather(t, source), True) if f else Value(t, False)
+    return source, [Value(_gather(t, source), True) if f else Value(t, False)
                     for t, f in zip(state, flags)]
 
   def evaluate_cond(source, values):
@@ -158,8 +175,8 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
   def loop_body(active, *state):
     source, values = borrowed(active, state)
     new_state = _run_body(body_graph, values, flags, ctx.subset(source, ctx.static_n))
-    state = [select_lanes(active, new, old) if f else new
-             for new, old, f in zip(new_state, state, flags)]
+    state = [tf.nest.map_structure(lambda a, b: select_lanes(active, a, b), new, old) if f
+             else new for new, old, f in zip(new_state, state, flags)]
     source, values = borrowed(active, state)
     active = tf.logical_and(active, evaluate_cond(source, values))
     return (active,) + tuple(state)
@@ -170,7 +187,12 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
       lambda active, *_: tf.reduce_any(active), loop_body,
       (active,) + tuple(v.tensor for v in init),
       shape_invariants=(tf.TensorShape([ctx.static_n]),) + tuple(
-          _shape_invariant(op, k, f, ctx.static_n) for k, f in enumerate(flags)),
+          _shape_invariant(op, k, v.tensor, f) for k, (v, f) in enumerate(zip(init, flags))),
       parallel_iterations=op.attr("parallel_iterations"))
   return [Value(t, f) for t, f in zip(results[1:], flags)]
+
+
+def _gather(value, positions):
+  """Rows `positions` of a stacked tensor or DenseList."""
+  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)
 

@@ -171,3 +171,71 @@ def test_static_shapes_leak_no_junk_past_a_lane_end():
   assert np.all(np.isfinite(out)) and np.all(np.isfinite(grad))
   np.testing.assert_allclose(out, looped, rtol=1e-6)
   np.testing.assert_allclose(grad, tape.gradient(total, start), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- TensorArrays
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_array_outside_loops(mode):
+  def body(i):
+    x = tf.gather(X, i)
+    ta = tf.TensorArray(tf.float32, size=3)
+    for k in range(3):
+      ta = ta.write(k, x * float(k))
+    return ta.stack(), ta.read(1)
+  _check(body, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_array_accumulator_with_invariant_trip_count(mode):
+  def body(i):
+    x = tf.gather(X, i)
+
+    def loop_body(t, y, ta):
+      y = tf.tanh(y * 1.5)
+      return t + 1, y, ta.write(t, y)
+
+    ta = tf.TensorArray(tf.float32, size=4)
+    return tf.while_loop(lambda t, y, ta: t < 4, loop_body, (0, x, ta))[2].stack()
+  _check(body, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_array_accumulator_with_per_iteration_trip_count(mode):
+  """Each iteration writes its own number of entries into a fixed-size array."""
+  def body(i):
+    x = tf.gather(X, i)
+    limit = tf.gather(TRIPS, i)
+
+    def loop_body(t, y, ta):
+      y = y * 0.5 + 1.0
+      return t + 1, y, ta.write(t, y)
+
+    ta = tf.TensorArray(tf.float32, size=5, element_shape=[3])
+    return tf.while_loop(lambda t, y, ta: t < limit, loop_body, (0, x, ta))[2].stack()
+  _check(body, mode=mode)
+
+
+def _dynamic_rnn_gradient(inputs, lengths, w):
+  """Per-example: d/dw of a tanh RNN run for the example's own number of steps."""
+  def body(i):
+    xs = tf.gather(inputs, i)
+    length = tf.gather(lengths, i)
+    with tf.GradientTape() as tape:
+      tape.watch(w)
+
+      def step(t, h):
+        return t + 1, tf.tanh(tf.linalg.matvec(w, h) + xs[t])
+
+      h = tf.while_loop(lambda t, h: t < length, step, (0, tf.zeros([3])),
+                        maximum_iterations=inputs.shape[1])[1]
+      loss = tf.reduce_sum(h * h)
+    return tape.gradient(loss, w, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+  return body
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradient_inside_the_body_through_a_loop_with_per_iteration_lengths(mode):
+  inputs = tf.constant(RNG.standard_normal([6, 5, 3]), tf.float32)
+  w = tf.constant(RNG.standard_normal([3, 3]) * 0.5, tf.float32)
+  _check(_dynamic_rnn_gradient(inputs, TRIPS, w), mode=mode, tol=1e-5)

@@ -1,0 +1,144 @@
+"""TensorList ops (tf.TensorArray, and the accumulators of while-loop gradients).
+
+A stacked list is a `DenseList`: buffer `[n, capacity] + element_shape` and lengths `[n]`.
+Each op becomes a gather or scatter on the buffer at per-iteration positions (`[j, index_j]`
+for iteration j), so lists of different lengths per iteration (push/pop stacks in loops
+with per-iteration trip counts) need no loop.
+"""
+
+import tensorflow as tf
+
+from vectorize import lists
+from vectorize.lists import DenseList
+from vectorize.registry import register
+from vectorize.values import Value, invariant, stacked
+
+
+def _dense(op, i, element_shape=None):
+  """Input i as a DenseList (an invariant TensorList is copied to every iteration).
+
+  `element_shape` (of the items being written) completes an unknown element shape.
+  """
+  v = op.value(i)
+  if v.stacked:
+    return v.tensor
+  return lists.to_dense(v.tensor, op.ctx.n, element_shape)
+
+
+def _per_iteration(op, i):
+  """Input i as an `[n]` vector (an invariant scalar is broadcast)."""
+  v = op.value(i)
+  return v.tensor if v.stacked else tf.fill(tf.reshape(op.ctx.n, [1]), v.tensor)
+
+
+def _at(dense, positions):
+  """Coordinates `[n, 2]` of (iteration j, positions[j]) in the buffer."""
+  return tf.stack([tf.range(tf.shape(dense.lengths)[0]), positions], axis=1)
+
+
+def _known_elements(buffer, item):
+  """The buffer with its element shape taken from the stacked item written into it."""
+  buffer.set_shape(tf.TensorShape([None, None]).concatenate(item.shape[1:]))
+  return buffer
+
+
+def _list_value(dense):
+  return Value(dense, True)
+
+
+@register("TensorListSetItem")
+def _convert_tensor_list_set_item(op):
+  item = op.stacked(2)
+  dense = _dense(op, 0, item.shape[1:])
+  index = _per_iteration(op, 1)
+  if op.op.get_attr("resize_if_index_out_of_bounds"):
+    dense = lists.ensure_capacity(dense, tf.reduce_max(index) + 1, op.ctx.static_shapes)
+    dense = DenseList(dense.buffer, tf.maximum(dense.lengths, index + 1))
+  buffer = tf.tensor_scatter_nd_update(dense.buffer, _at(dense, index), item)
+  return _list_value(DenseList(_known_elements(buffer, item), dense.lengths))
+
+
+@register("TensorListGetItem")
+def _convert_tensor_list_get_item(op):
+  dense = _dense(op, 0)
+  return stacked(tf.gather_nd(dense.buffer, _at(dense, _per_iteration(op, 1))))
+
+
+@register("TensorListPushBack")
+def _convert_tensor_list_push_back(op):
+  item = op.stacked(1)
+  dense = _dense(op, 0, item.shape[1:])
+  dense = lists.ensure_capacity(dense, _max_or_zero(dense.lengths) + 1, op.ctx.static_shapes)
+  buffer = tf.tensor_scatter_nd_update(dense.buffer, _at(dense, dense.lengths), item)
+  return _list_value(DenseList(_known_elements(buffer, item), dense.lengths + 1))
+
+
+@register("TensorListPopBack")
+def _convert_tensor_list_pop_back(op):
+  dense = _dense(op, 0)
+  lengths = tf.maximum(dense.lengths - 1, 0)
+  item = tf.gather_nd(dense.buffer, _at(dense, lengths))
+  return [_list_value(DenseList(dense.buffer, lengths)), stacked(item)]
+
+
+@register("TensorListStack")
+def _convert_tensor_list_stack(op):
+  """`[n, length] + element_shape`: the per-iteration lengths are equal where stacking is
+  meaningful (the sequential result would be ragged otherwise)."""
+  dense = _dense(op, 0)
+  length = op.output_shape(0)[0]
+  if length is None:   # with no iteration, the capacity stands for the length
+    length = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
+  return stacked(dense.buffer[:, :length])
+
+
+@register("TensorListFromTensor")
+def _convert_tensor_list_from_tensor(op):
+  tensor = op.stacked(0)                      # [n, length] + element_shape
+  length = tf.shape(tensor)[1]
+  return _list_value(DenseList(tensor, tf.fill(tf.reshape(op.ctx.n, [1]), length)))
+
+
+@register("TensorListLength")
+def _convert_tensor_list_length(op):
+  return stacked(_dense(op, 0).lengths)
+
+
+@register("TensorListElementShape")
+def _convert_tensor_list_element_shape(op):
+  dense = _dense(op, 0)
+  return invariant(tf.cast(tf.shape(dense.buffer)[2:], op.op.outputs[0].dtype))
+
+
+@register("TensorListResize")
+def _convert_tensor_list_resize(op):
+  dense = _dense(op, 0)
+  size = _per_iteration(op, 1)
+  dense = lists.ensure_capacity(dense, _max_or_zero(size), op.ctx.static_shapes)
+  return _list_value(DenseList(dense.buffer, size))
+
+
+@register("TensorListGather")
+def _convert_tensor_list_gather(op):
+  dense = _dense(op, 0)
+  indices = op.value(1)
+  if indices.stacked:
+    return stacked(tf.gather(dense.buffer, indices.tensor, axis=1, batch_dims=1))
+  return stacked(tf.gather(dense.buffer, indices.tensor, axis=1))
+
+
+@register("TensorListScatterIntoExistingList")
+def _convert_tensor_list_scatter_into_existing_list(op):
+  tensor = op.stacked(1)                      # [n, k] + element_shape
+  dense = _dense(op, 0, tensor.shape[2:])
+  indices = op.stacked(2)                     # [n, k]
+  k = tf.shape(indices)[1]
+  rows = tf.tile(tf.range(tf.shape(indices)[0])[:, None], [1, k])
+  dense = lists.ensure_capacity(dense, _max_or_zero(indices) + 1, op.ctx.static_shapes)
+  buffer = tf.tensor_scatter_nd_update(dense.buffer, tf.stack([rows, indices], axis=2), tensor)
+  return _list_value(DenseList(buffer, tf.maximum(dense.lengths, tf.reduce_max(
+      tf.concat([indices + 1, tf.zeros_like(indices[:, :1])], 1), axis=1))))
+
+
+def _max_or_zero(x):
+  return tf.reduce_max(tf.concat([tf.reshape(x, [-1]), [0]], 0))

@@ -1,0 +1,74 @@
+"""OpCases for converters/tensor_lists.py: TensorList ops on per-iteration lists."""
+
+import tensorflow as tf
+from tensorflow.python.ops import list_ops
+
+from tests.converters.op_cases import OpCase, indices_below
+
+
+def _set_get(x, index):
+  lst = list_ops.tensor_list_reserve([2], 4, x.dtype)
+  lst = list_ops.tensor_list_set_item(lst, index, x)
+  lst = list_ops.tensor_list_set_item(lst, 3 - index, x * 2)
+  return list_ops.tensor_list_get_item(lst, index, x.dtype), list_ops.tensor_list_stack(
+      lst, x.dtype, element_shape=[2])
+
+
+def _push_pop(x, y):
+  lst = list_ops.empty_tensor_list([2], x.dtype, max_num_elements=4)
+  lst = list_ops.tensor_list_push_back(lst, x)
+  lst = list_ops.tensor_list_push_back(lst, y)
+  lst, top = list_ops.tensor_list_pop_back(lst, x.dtype)
+  return top, list_ops.tensor_list_length(lst), list_ops.tensor_list_stack(
+      lst, x.dtype, element_shape=[2])
+
+
+def _from_tensor_gather(x, indices):
+  lst = list_ops.tensor_list_from_tensor(x, element_shape=[2])
+  return (list_ops.tensor_list_gather(lst, indices, x.dtype, element_shape=[2]),
+          list_ops.tensor_list_element_shape(lst, tf.int32))
+
+
+def _resize(x, size):
+  lst = list_ops.tensor_list_from_tensor(x, element_shape=[2])
+  lst = list_ops.tensor_list_resize(lst, size)
+  return list_ops.tensor_list_length(lst), list_ops.tensor_list_get_item(lst, 0, x.dtype)
+
+
+def _scatter(x, updates, indices):
+  lst = list_ops.tensor_list_from_tensor(x, element_shape=[2])
+  lst = list_ops.tensor_list_scatter_into_existing_list(lst, updates, indices)
+  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[2])
+
+
+def _distinct_pair(rng, shape, dtype):
+  """Two distinct indices in [0, 4) per iteration (scatter needs no duplicates)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  flat = [rng.permutation(4)[:2] for _ in range(int(np.prod(shape[:-1])))]
+  return np.reshape(np.array(flat), shape).astype(tf.as_dtype(dtype).as_numpy_dtype)
+
+
+# Not tested: an invariant list grown by pushes, then a stacked push (pattern invariant,
+# stacked of TensorListPushBack) under XLA: XLA's TensorListLength reports the capacity, so
+# the stacked copy starts at the wrong length. Loop accumulators start empty and are exact.
+CASES = [
+    OpCase("TensorListSetItem", _set_get, [[2], []], dtypes=[(tf.float32, tf.int32)],
+           make=[None, indices_below(4)],
+           op_types=("TensorListSetItem", "TensorListGetItem", "TensorListStack")),
+    # n = 0 is left out: with no iteration, the length of a list grown by pushes is unknown.
+    OpCase("TensorListPushBack", _push_pop, [[2], [2]], dtypes=[tf.float32, tf.int32],
+           loop_lengths=(1, 3), patterns=[(True, True), (True, False)],
+           op_types=("TensorListPushBack", "TensorListPopBack", "TensorListLength")),
+    OpCase("TensorListPushBack-onto_invariant_pushes", _push_pop, [[2], [2]],
+           loop_lengths=(1, 3), patterns=[(False, True)], op_types=("TensorListPushBack",),
+           xla="XLA's TensorListLength reports the capacity of a list grown by pushes"),
+    OpCase("TensorListFromTensor", _from_tensor_gather, [[4, 2], [3]],
+           dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(4)],
+           op_types=("TensorListFromTensor", "TensorListGather", "TensorListElementShape")),
+    OpCase("TensorListResize", _resize, [[4, 2], []], dtypes=[(tf.float32, tf.int32)],
+           make=[None, lambda rng, shape, dtype: rng.integers(1, 6, shape).astype("int32")],
+           patterns=[(True, False), (False, True), (True, True)], xla="resizing to a size "
+           "known only at run time has no static shape"),
+    OpCase("TensorListScatterIntoExistingList", _scatter, [[4, 2], [2, 2], [2]],
+           dtypes=[(tf.float32, tf.float32, tf.int32)], make=[None, None, _distinct_pair]),
+]

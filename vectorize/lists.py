@@ -1,0 +1,105 @@
+"""Stacked TensorLists, held as dense tensors.
+
+A TensorList (what `tf.TensorArray` and the gradients of while loops use) that differs per
+iteration is held as a `DenseList`: a buffer `[n, capacity] + element_shape` and the lengths
+`[n]`, so each iteration has a list of its own length. This makes per-iteration push/pop
+stacks (the accumulators of a loop's gradient, where each iteration made a different number
+of trips) ordinary tensors that loops can mask and select lane by lane, and that XLA can
+compile when the capacity is static. An invariant TensorList stays a real TensorList.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+from tensorflow.python.ops import handle_data_util
+from tensorflow.python.ops import list_ops
+
+from vectorize.errors import Unvectorizable
+
+
+class DenseList(NamedTuple):
+  """A TensorList per iteration: `buffer[j, :lengths[j]]` are iteration j's elements."""
+  buffer: tf.Tensor    # [n, capacity] + element_shape
+  lengths: tf.Tensor   # [n] int32
+
+  @property
+  def dtype(self):
+    return tf.variant
+
+  @property
+  def element_dtype(self):
+    return self.buffer.dtype
+
+  @property
+  def capacity(self):
+    return self.buffer.shape[1] if self.buffer.shape[1] is not None else \
+        tf.shape(self.buffer)[1]
+
+
+def element_spec(list_tensor):
+  """(dtype, shape) of the elements of a TensorList tensor, from its handle data."""
+  data = handle_data_util.get_resource_handle_data(list_tensor)
+  if not data.is_set or not data.shape_and_type:
+    raise Unvectorizable(f"the element type of TensorList {list_tensor.name} is unknown")
+  spec = data.shape_and_type[0]
+  return tf.as_dtype(spec.dtype), tf.TensorShape(spec.shape)
+
+
+def to_dense(list_tensor, n, element_shape=None):
+  """An invariant TensorList as a DenseList with the same elements in every iteration.
+
+  An empty list with a known `max_num_elements` (as while loops under XLA make) gets that
+  capacity, so that pushes need no growth. `element_shape` completes an unknown element
+  shape (e.g. from the item being written).
+  """
+  dtype, shape = element_spec(list_tensor)
+  if element_shape is not None:
+    shape = shape.merge_with(element_shape)
+  if not shape.is_fully_defined():
+    raise Unvectorizable(f"TensorList {list_tensor.name} has elements of unknown shape {shape}")
+  producer = list_tensor.op
+  if producer.type == "TensorListReserve":            # no element set yet: zeros
+    items = tf.zeros(tf.concat([[producer.inputs[1]], shape.as_list()], 0), dtype)
+    length = producer.inputs[1]
+  elif producer.type == "EmptyTensorList":
+    max_elements = tf.get_static_value(producer.inputs[1])
+    items = tf.zeros([max(int(max_elements), 0) if max_elements is not None else 0] +
+                     shape.as_list(), dtype)
+    length = tf.constant(0)
+  else:
+    items = list_ops.tensor_list_stack(list_tensor, dtype, element_shape=shape)  # [cap] + e
+    length = list_ops.tensor_list_length(list_tensor)   # under XLA, cap may exceed it
+  buffer = tf.tile(items[None], [n, 1] + [1] * shape.rank)
+  return DenseList(buffer, tf.fill(tf.reshape(n, [1]), length))
+
+
+def placeholder(list_tensor, static_n):
+  """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs)."""
+  dtype, shape = element_spec(list_tensor)
+  buffer_shape = [static_n, None] + shape.as_list() if shape.rank is not None else None
+  buffer = tf.compat.v1.placeholder(dtype, buffer_shape)
+  return DenseList(buffer, tf.compat.v1.placeholder(tf.int32, [static_n]))
+
+
+def shape_invariant(dense, static_n, static_capacity):
+  """Shape invariants for a DenseList loop variable."""
+  capacity = dense.buffer.shape[1] if static_capacity else None
+  return DenseList(
+      tf.TensorShape([static_n, capacity]).concatenate(dense.buffer.shape[2:]),
+      tf.TensorShape([static_n]))
+
+
+def ensure_capacity(dense, needed, static_shapes):
+  """Grows the buffer to hold `needed` elements (dynamic shapes only; XLA needs them set)."""
+  if static_shapes:
+    return dense
+  capacity = tf.shape(dense.buffer)[1]
+
+  def grow():
+    extra = tf.maximum(needed - capacity, capacity)
+    pad = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(dense.buffer) - 2, 2], tf.int32)],
+                    0)
+    return tf.pad(dense.buffer, pad)
+
+  buffer = tf.cond(needed > capacity, grow, lambda: dense.buffer)
+  return DenseList(buffer, dense.lengths)
