@@ -1,1 +1,288 @@
-"""state converters (being written)."""
+"""Stateful ops on variables, assertions and printing.
+
+The trick: a vectorized body runs each op for every iteration before the next op, while a
+sequential loop runs every op of one iteration before the next iteration. The two orders
+agree on a variable when
+
+- the body only reads it: reads are loop-invariant, emitted once;
+- it writes a loop-invariant value (`Assign`): written once, when n > 0; reads after that
+  write, before any other write, see that value in every iteration;
+- it writes a value that differs per iteration (`Assign`) that no later read sees: the
+  sequential result is the last iteration's value, written once;
+- it adds to it (`AssignAdd`, `AssignSub`, `ResourceScatterAdd/Sub`), commutative updates:
+  the values are summed over the loop axis (or multiplied by n) and applied once, unless an
+  `Assign` comes first in the body (only the last iteration's additions would survive).
+
+Anything else (a read that a write in the body precedes or follows, other than the reads
+after an invariant `Assign`; a variable also passed to a function, branch or loop of the
+body that writes it) would give each iteration a different value in a sequential loop and
+is a `ConversionError`, not a silent wrong result. The order is read from the body graph:
+ops are listed in program order, following the variable through `Identity`.
+
+Limits: the order is checked within one function body; reads and writes of one variable in
+two different functions called by the body are not ordered against each other. Writes inside
+a conditional converted with static shapes (XLA), where every lane runs the branch, are a
+`ConversionError`.
+
+`Assert` checks the condition of every iteration at once. `PrintV2` prints every
+iteration's string, in iteration order, with one print of the joined lines; `StringFormat`
+with stacked inputs formats each iteration on its own (per-iteration summarization cannot be
+reproduced from the stacked tensor).
+"""
+
+import tensorflow as tf
+
+from vectorize import graph_io
+from vectorize import values
+from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.family import register_sequential
+from vectorize.registry import register
+from vectorize.values import Value, invariant, stacked
+
+_READ, _METADATA, _ASSIGN, _ADD, _CALL_READ, _OTHER = (
+    "read", "metadata", "assign", "add", "call that only reads", "other")
+_KINDS = {
+    "ReadVariableOp": _READ,
+    "ResourceGather": _READ,
+    "ResourceGatherNd": _READ,
+    "VariableShape": _METADATA,
+    "VarIsInitializedOp": _METADATA,
+    "AssignVariableOp": _ASSIGN,
+    "AssignAddVariableOp": _ADD,
+    "AssignSubVariableOp": _ADD,
+    "ResourceScatterAdd": _ADD,
+    "ResourceScatterSub": _ADD,
+}
+_WRITES = (_ASSIGN, _ADD, _OTHER)
+# Ops calling functions: (function attrs, offset from op input to function input).
+_CALLS = {
+    "PartitionedCall": (("f",), 0),
+    "StatefulPartitionedCall": (("f",), 0),
+    "If": (("then_branch", "else_branch"), 1),
+    "StatelessIf": (("then_branch", "else_branch"), 1),
+    "While": (("cond", "body"), 0),
+    "StatelessWhile": (("cond", "body"), 0),
+}
+
+
+# ----------------------------------------------------------------------------- ordering
+
+def _accesses(graph, resource):
+  """The ops of `graph` that take `resource` (or an Identity of it), in program order."""
+  while resource.op.type == "Identity":
+    resource = resource.op.inputs[0]
+  aliases = {resource.ref()}
+  found = []
+  for o in graph.get_operations():
+    if not any(t.ref() in aliases for t in o.inputs):
+      continue
+    if o.type == "Identity":
+      aliases.add(o.outputs[0].ref())
+    else:
+      found.append((o, [j for j, t in enumerate(o.inputs) if t.ref() in aliases]))
+  return found
+
+
+def _kind(o, positions):
+  """How op `o` uses the variable it takes at input `positions`."""
+  kind = _KINDS.get(o.type)
+  if kind is not None:
+    return kind
+  if o.type not in _CALLS:
+    return _OTHER
+  attrs, offset = _CALLS[o.type]
+  for attr in attrs:
+    graph = graph_io.function_graph(o, attr)
+    for j in positions:
+      if j < offset or j - offset >= len(graph.inputs):
+        return _OTHER
+      for inner, inner_positions in _accesses(graph, graph.inputs[j - offset]):
+        if _kind(inner, inner_positions) in _WRITES:
+          return _OTHER
+  return _CALL_READ
+
+
+def _ordered_accesses(op, i=0):
+  """(kinds of the accesses to input i's variable in program order, this op's position)."""
+  accesses = _accesses(op.op.graph, op.op.inputs[i])
+  kinds = [(o, _kind(o, positions)) for o, positions in accesses]
+  position = next(k for k, (o, _) in enumerate(kinds) if o is op.op)
+  return kinds, position
+
+
+def _refuse(op, reason):
+  raise ConversionError(
+      f"Cannot vectorize {op.type} {op.op.name!r}: a stateful op cannot be vectorized when "
+      f"{reason}; a sequential loop would give each iteration a different value. Read or "
+      "update the variable outside the loop (return per-iteration values from the body), "
+      "or run the loop sequentially.")
+
+
+def _refuse_masked_lanes(op):
+  if getattr(op.ctx, "static_shapes", False) and op.ctx.partitioned:
+    _refuse(op, "it writes inside a conditional converted with static shapes (XLA), where "
+            "lanes that do not take the branch run it too")
+
+
+def _check_read(op):
+  """Every iteration reads the same value: no write in the body, or the nearest write before
+  this read is an Assign (whose value the Assign's converter checks to be invariant)."""
+  outputs = {t.ref() for t in getattr(op.op.graph, "outputs", [])}
+  if not any(t.consumers() or t.ref() in outputs for t in op.op.outputs):
+    return  # nothing sees the value
+  kinds, position = _ordered_accesses(op)
+  writes = [(o, kind) for o, kind in kinds if kind in _WRITES]
+  if not writes:
+    return
+  before = [(o, kind) for o, kind in kinds[:position] if kind in _WRITES]
+  if before and before[-1][1] == _ASSIGN:
+    return
+  writer, _ = before[-1] if before else writes[0]
+  _refuse(op, f"it reads a variable that the loop body also writes ({writer.type} "
+          f"{writer.name!r}) {'before' if before else 'after'} the read")
+
+
+def _check_write(op, value_stacked):
+  """Refuses writes whose once-applied form differs from the sequential loop's effect."""
+  _refuse_masked_lanes(op)
+  kinds, position = _ordered_accesses(op)
+  for o, kind in kinds:
+    if kind in (_CALL_READ, _OTHER):
+      _refuse(op, f"the variable it writes is also used by {o.type} {o.name!r}, whose "
+              "order against the writes cannot be checked")
+  if _KINDS[op.type] == _ADD:
+    for o, kind in kinds[:position]:
+      if kind == _ASSIGN:
+        _refuse(op, f"it adds to a variable assigned earlier in the body ({o.name!r}): only "
+                "the last iteration's additions would survive")
+  elif value_stacked:
+    for o, kind in kinds[position + 1:]:
+      if kind == _ASSIGN:
+        break
+      if kind == _READ:
+        _refuse(op, f"it assigns a value that differs per iteration and {o.type} "
+                f"{o.name!r} reads it back")
+
+
+def _when_any_iteration(op, write):
+  """Runs `write()` (which emits one op) only when n > 0; returns the operation."""
+  if op.ctx.static_n is not None:
+    return write() if op.ctx.static_n > 0 else tf.no_op()
+  return tf.cond(op.ctx.n > 0, write, tf.no_op).op
+
+
+def _times_n(op, value):
+  """A loop-invariant update applied n times, as one update."""
+  return value * tf.cast(op.ctx.n, value.dtype)
+
+
+# ----------------------------------------------------------------------------- reads
+
+@register("ReadVariableOp")
+def _convert_read_variable_op(op):
+  """Loop-invariant: read once."""
+  _check_read(op)
+  return invariant(op.rebuild([op.invariant(0)])[0])
+
+
+@register("ResourceGather")
+def _convert_resource_gather(op):
+  """One gather with the stacked indices; with batch dims, the loop axis moves just behind
+  them in the indices (`[n, b, i] -> [b, n, i]`) and back in the result."""
+  _check_read(op)
+  resource, indices = op.invariant(0), op.value(1)
+  if not indices.stacked:
+    return invariant(op.rebuild([resource, indices.tensor])[0])
+  batch_dims = op.attr("batch_dims")
+  if batch_dims == 0:
+    return stacked(op.rebuild([resource, indices.tensor])[0])
+  r = values.rank(indices.tensor)
+  to_batch = list(range(1, batch_dims + 1)) + [0] + list(range(batch_dims + 1, r))
+  gathered = op.rebuild([resource, tf.transpose(indices.tensor, to_batch)])[0]
+  out_rank = values.rank(gathered)
+  to_front = [batch_dims] + list(range(batch_dims)) + list(range(batch_dims + 1, out_rank))
+  return stacked(tf.transpose(gathered, to_front))
+
+
+@register("ResourceGatherNd")
+def _convert_resource_gather_nd(op):
+  """The stacked indices' loop axis is one more leading dim, which gather_nd takes as is."""
+  _check_read(op)
+  resource, indices = op.invariant(0), op.value(1)
+  return Value(op.rebuild([resource, indices.tensor])[0], indices.stacked)
+
+
+@register("VariableShape", "VarIsInitializedOp")
+def _convert_variable_metadata(op):
+  """Loop-invariant: writes in the body keep a variable's shape and initialization."""
+  return invariant(op.rebuild([op.invariant(0)])[0])
+
+
+# ----------------------------------------------------------------------------- writes
+
+@register("AssignVariableOp")
+def _convert_assign_variable_op(op):
+  """Writes the invariant value, or the last iteration's value, once (nothing when n = 0)."""
+  value = op.value(1)
+  _check_write(op, value.stacked)
+  resource = op.invariant(0)
+
+  def write():
+    last = tf.gather(value.tensor, op.ctx.n - 1) if value.stacked else value.tensor
+    return op.rebuild([resource, last])
+
+  return _when_any_iteration(op, write)
+
+
+@register("AssignAddVariableOp", "AssignSubVariableOp")
+def _convert_assign_add_variable_op(op):
+  """Commutative: the per-iteration values summed over the loop axis, applied once."""
+  value = op.value(1)
+  _check_write(op, value.stacked)
+  total = tf.reduce_sum(value.tensor, axis=0) if value.stacked else _times_n(op, value.tensor)
+  return op.rebuild([op.invariant(0), total])
+
+
+@register("ResourceScatterAdd", "ResourceScatterSub")
+def _convert_resource_scatter_add(op):
+  """Commutative: stacked indices scatter every iteration's updates in one op (the loop axis
+  is one more index dim); invariant indices take the updates summed over the loop axis."""
+  indices, updates = op.value(1), op.value(2)
+  _check_write(op, indices.stacked or updates.stacked)
+  resource = op.invariant(0)
+  if not indices.stacked:
+    total = (tf.reduce_sum(updates.tensor, axis=0) if updates.stacked
+             else _times_n(op, updates.tensor))
+    return op.rebuild([resource, indices.tensor, total])
+  if updates.stacked and values.rank(updates.tensor) == 1:
+    raise Unvectorizable("scalar updates that differ per iteration need the variable's shape")
+  scattered = op.stacked(2) if values.rank(updates.tensor) > 0 else updates.tensor
+  return op.rebuild([resource, indices.tensor, scattered])
+
+
+# ----------------------------------------------------------------------------- assert, print
+
+@register("Assert")
+def _convert_assert(op):
+  """One assertion over every iteration's condition (none fails when n = 0); the data is
+  printed stacked."""
+  condition = op.value(0)
+  if condition.stacked:
+    holds = tf.reduce_all(condition.tensor)
+  else:
+    holds = tf.logical_or(tf.equal(op.ctx.n, 0), condition.tensor)
+  return op.rebuild([holds] + [v.tensor for v in op.inputs[1:]])
+
+
+@register("PrintV2")
+def _convert_print_v2(op):
+  """Every iteration's string followed by `end`, joined in iteration order, printed once."""
+  _refuse_masked_lanes(op)
+  end = op.attr("end")
+  lines = tf.strings.join([op.stacked(0), tf.constant(end, tf.string)])
+  return op.rebuild([tf.strings.reduce_join(lines)], attrs={"end": ""})
+
+
+# ----------------------------------------------------------------------------- registration
+
+register_sequential("StringFormat")

@@ -1,0 +1,265 @@
+"""Effects of stateful ops inside pfor against a sequential loop: variable writes, refused
+orders of reads and writes, assertions and printing."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from tests import testing
+
+MODES = ["function", "dynamic", "xla"]
+X = tf.constant(np.random.default_rng(0).standard_normal([5, 3]).astype(np.float32))
+XI = tf.constant(np.arange(15, dtype=np.int32).reshape(5, 3) - 4)
+
+
+def _effect(make_body, initial, n, mode):
+  """(variable after pfor, variable after a sequential loop), both from `initial`."""
+  variable = tf.Variable(initial)
+  testing.run_pfor(make_body(variable), n, mode=mode)
+  after_pfor = variable.numpy()
+  variable.assign(initial)
+  body = make_body(variable)
+  for i in range(n):
+    body(tf.constant(i))
+  return after_pfor, variable.numpy()
+
+
+def _check_effect(make_body, initial, n, mode, tol=1e-5):
+  actual, expected = _effect(make_body, initial, n, mode)
+  testing.assert_allclose(actual, expected, tol)
+
+
+# ----------------------------------------------------------------------------- commutative updates
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_assign_add_of_stacked_values_equals_sequential_adds(mode, n):
+  def make_body(v):
+    def body(i):
+      v.assign_add(X[i])
+      return X[i]
+    return body
+  _check_effect(make_body, tf.ones([3]), n, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_assign_add_of_an_invariant_value_adds_it_n_times(mode):
+  def make_body(v):
+    def body(i):
+      v.assign_add(XI[0])
+      return i
+    return body
+  _check_effect(make_body, tf.zeros([3], tf.int32), 5, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_assign_sub_of_int_values_is_exact(mode):
+  def make_body(v):
+    def body(i):
+      v.assign_sub(XI[i])
+      return i
+    return body
+  _check_effect(make_body, tf.constant([2**31 - 1, -2**31, 0]), 5, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_several_adds_and_a_final_assign_equal_sequential(mode):
+  def make_body(v):
+    def body(i):
+      v.assign_add(X[i])
+      v.assign_sub(2.0 * X[i])
+      v.assign(X[0] * 3.0)
+      return i
+    return body
+  _check_effect(make_body, tf.ones([3]), 4, mode)
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_scatter_add_with_indices_repeated_across_iterations_equals_sequential(mode):
+  indices = tf.constant([[0, 2], [2, 2], [4, 0]])
+
+  def make_body(v):
+    def body(i):
+      v.scatter_add(tf.IndexedSlices(X[i:i + 2], indices[i]))
+      return i
+    return body
+  _check_effect(make_body, tf.zeros([5, 3]), 3, mode)
+
+
+def test_scatter_sub_with_invariant_indices_equals_sequential():
+  def make_body(v):
+    def body(i):
+      v.scatter_sub(tf.IndexedSlices(X[i:i + 2], [1, 3]))
+      return i
+    return body
+  _check_effect(make_body, tf.zeros([5, 3]), 4, "function")
+
+
+# ----------------------------------------------------------------------------- assignments
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_assign_of_stacked_values_leaves_the_last_iteration_value(mode, n):
+  def make_body(v):
+    def body(i):
+      v.assign(X[i])
+      return X[i]
+    return body
+  _check_effect(make_body, tf.fill([3], 7.0), n, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 3])
+def test_assign_of_an_invariant_value_then_read_sees_it_in_every_iteration(mode, n):
+  variable = tf.Variable(tf.fill([3], 7.0))
+
+  def body(i):
+    variable.assign(X[0])
+    return variable.read_value() * X[i]
+
+  actual = testing.run_pfor(body, n, mode=mode)
+  expected = (X[0] * X[:n]).numpy()
+  testing.assert_allclose(actual, expected)
+  np.testing.assert_array_equal(variable.numpy(), X[0].numpy() if n else np.full([3], 7.0))
+
+
+def test_reads_of_a_variable_the_body_never_writes_are_invariant():
+  variable = tf.Variable(X[0])
+  out = vectorize.pfor(lambda i: variable * X[i], 5)
+  testing.assert_allclose(out.numpy(), (X[0] * X).numpy())
+  kinds = {r.kind for r in vectorize.last_report().records if r.op_type == "ReadVariableOp"}
+  assert kinds == {"invariant"}
+
+
+# ----------------------------------------------------------------------------- refused orders
+
+def _refused(body):
+  with pytest.raises(vectorize.ConversionError, match="a stateful op cannot be vectorized"):
+    testing.run_pfor(body, 3)
+
+
+def test_read_after_assign_add_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+  _refused(lambda i: variable.assign_add(X[i]) * 1.0)
+
+
+def test_read_before_assign_add_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    before = variable.read_value()
+    variable.assign_add(X[i])
+    return before
+
+  _refused(body)
+
+
+def test_read_of_a_stacked_assign_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    variable.assign(X[i])
+    return variable.read_value()
+
+  _refused(body)
+
+
+def test_assign_add_after_assign_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    variable.assign(X[0])
+    variable.assign_add(X[i])
+    return i
+
+  _refused(body)
+
+
+def test_write_next_to_a_conditional_that_reads_the_variable_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    out = tf.cond(X[i, 0] > 0, lambda: variable.read_value() * 2.0, lambda: X[i])
+    variable.assign_add(X[i])
+    return out
+
+  _refused(body)
+
+
+def test_assign_add_in_a_conditional_equals_sequential():
+  def make_body(v):
+    def body(i):
+      def add():
+        v.assign_add(X[i])
+        return X[i]
+      return tf.cond(X[i, 0] > 0, add, lambda: X[i] * 2.0)
+    return body
+
+  actual, expected = _effect(make_body, tf.zeros([3]), 5, "function")
+  testing.assert_allclose(actual, expected)
+  assert not np.array_equal(expected, np.zeros([3]))
+
+
+# ----------------------------------------------------------------------------- assert, print
+
+def test_assert_on_a_stacked_condition_fails_when_one_iteration_fails():
+  limits = tf.constant([100.0, 100.0, -9.0])
+
+  def body(i):
+    tf.debugging.assert_less(X[i, 0], limits[i])
+    return X[i]
+
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    testing.run_pfor(body, 3)
+  testing.run_pfor(body, 2)  # the third iteration's condition is the failing one
+
+
+def test_raw_assert_with_invariant_false_condition_and_no_iterations_passes():
+  def body(i):
+    tf.raw_ops.Assert(condition=tf.constant(False), data=[X[i]])
+    return X[i]
+
+  assert testing.run_pfor(body, 0, mode="dynamic").shape == (0, 3)
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    testing.run_pfor(body, 2)
+
+
+def _read_and_remove(path):
+  with open(path) as f:
+    text = f.read()
+  os.remove(path)
+  return text
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic"])
+def test_print_writes_every_iteration_in_order_like_a_sequential_loop(tmp_path, mode):
+  def make_body(path):
+    def body(i):
+      tf.print("iteration", i, X[i], output_stream="file://" + str(path), end=";\n")
+      return i
+    return body
+
+  vectorized, sequential = tmp_path / "pfor.txt", tmp_path / "sequential.txt"
+  testing.run_pfor(make_body(vectorized), 4, mode=mode)
+  body = make_body(sequential)
+  for i in range(4):
+    body(tf.constant(i))
+  expected = _read_and_remove(sequential)
+  assert expected.count(";\n") == 4
+  assert _read_and_remove(vectorized) == expected
+
+
+def test_assign_add_in_a_conditional_with_static_shapes_is_refused():
+  variable = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    def add():
+      variable.assign_add(X[i])
+      return X[i]
+    return tf.cond(X[i, 0] > 0, add, lambda: X[i] * 2.0)
+
+  with pytest.raises(vectorize.ConversionError, match="static shapes"):
+    testing.run_pfor(body, 5, mode="xla")
