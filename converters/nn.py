@@ -1,1 +1,616 @@
-"""nn converters (being written)."""
+"""nn ops: bias add, softmax and cross-entropy, convolutions, pooling, batch norm, top-k.
+
+Three tricks cover the family:
+- fold: an op with one batch axis takes the loop axis folded into it,
+  `[n, b, h, w, c] -> [n*b, h, w, c]`, and its outputs are split back (pooling, LRN,
+  cross-entropy, convolutions and input gradients whose filter is loop-invariant).
+- pack into channels: an op that treats channels independently takes the loop axis merged
+  into a channel axis, `[n, b, h, w, c] -> [b, h, w, n*c]`, so per-iteration filters, scales
+  or statistics become the per-channel ones of one bigger op (depthwise convolutions, batch
+  norm, a convolution's output channels when its input is invariant, a filter gradient's
+  input channels when its output gradient is invariant).
+- patches: a convolution whose input and filter both differ per iteration is a batch matmul
+  of image patches against the filters, `[n, b*oh*ow, kh*kw*c] x [n, kh*kw*c, k]`; the filter
+  gradient of stacked input and output gradient (per-example gradients) is the transposed
+  product, and the input gradient is rewritten as a forward convolution over the output
+  gradient dilated by the strides.
+Convolutions stored channels-first are transposed to channels-last where they are packed.
+"""
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from vectorize.errors import Unvectorizable
+from vectorize.op_input import OpInput
+from vectorize.family import register_leading_batch, register_merge_batch
+from vectorize.registry import register
+from vectorize.values import (Value, dynamic_shape, invariant, merge_leading, rank,
+                              reshape_leading, split_leading, stacked)
+
+
+# ----------------------------------------------------------------------------- shape helpers
+
+
+def _n(op):
+  """The loop length, as a Python int when known at trace time."""
+  return op.ctx.static_n if op.ctx.static_n is not None else op.ctx.n
+
+
+def _vector(dims, dtype=tf.int32):
+  """A list of ints and scalar tensors as one 1-D tensor of `dtype`."""
+  if all(isinstance(d, (int, np.integer)) for d in dims):
+    return tf.constant([int(d) for d in dims], dtype)
+  return tf.stack([tf.cast(d, dtype) for d in dims])
+
+
+def _reshape(tensor, dims):
+  return tf.reshape(tensor, _vector(dims))
+
+
+def _prod(dims):
+  out = 1
+  for d in dims:
+    out = out * d
+  return out
+
+
+def _pack(tensor, axis):
+  """Merges the loop axis into per-iteration `axis`, loop index major.
+
+  `[n, ..., c, ...] -> [..., n*c, ...]`; `axis` counts per-iteration axes (negative: from the
+  end).
+  """
+  r = rank(tensor) - 1
+  axis %= r
+  perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, r + 1))
+  moved = tf.transpose(tensor, perm)
+  shape = dynamic_shape(moved)
+  return _reshape(moved, shape[:axis] + [shape[axis] * shape[axis + 1]] + shape[axis + 2:])
+
+
+def _unpack(tensor, axis, n, size):
+  """Inverse of `_pack`: `[..., n*size, ...] -> [n, ..., size, ...]` for `axis` of `tensor`."""
+  r = rank(tensor)
+  axis %= r
+  shape = dynamic_shape(tensor)
+  split = _reshape(tensor, shape[:axis] + [n, size] + shape[axis + 1:])
+  return tf.transpose(split, [axis] + [a for a in range(r + 1) if a != axis])
+
+
+def _to_channels_last(tensor, is_stacked):
+  """`[(n,) b, c, *spatial] -> [(n,) b, *spatial, c]`."""
+  lead = 2 if is_stacked else 1
+  r = rank(tensor)
+  return tf.transpose(tensor, list(range(lead)) + list(range(lead + 1, r)) + [lead])
+
+
+def _to_channels_first(tensor):
+  """Stacked `[n, b, *spatial, c] -> [n, b, c, *spatial]`."""
+  r = rank(tensor)
+  return tf.transpose(tensor, [0, 1, r - 1] + list(range(2, r - 1)))
+
+
+def _size_list(op, i):
+  """Invariant shape-vector input i, which is also the shape of output 0, as a list of ints
+  (where known at trace time) and scalar tensors."""
+  t = op.invariant(i)
+  value = tf.get_static_value(t)
+  if value is None:
+    value = tf.get_static_value(op.op.inputs[i])
+  if value is not None:
+    return [int(d) for d in value]
+  if t.shape.rank != 1 or t.shape[0] is None:
+    raise Unvectorizable(f"shape input {i} has unknown length")
+  known = op.output_shape(0)
+  dims = tf.unstack(t, t.shape[0])
+  if known.rank != len(dims):
+    return dims
+  return [d if s is None else s for d, s in zip(dims, known.as_list())]
+
+
+def _static_ints(dims, what):
+  if not all(isinstance(d, (int, np.integer)) for d in dims):
+    raise Unvectorizable(f"{what} must be known at trace time")
+  return [int(d) for d in dims]
+
+
+def _unless_empty(op, convert):
+  """`convert(op)` on at least one iteration: kernels reject the zero channels (or the empty
+  batch) that n = 0 makes. Unless n is known to be positive, stacked inputs get zero rows up
+  to one iteration and stacked outputs are cut back to n (no cond, so XLA compiles it too).
+  """
+  if op.ctx.static_n is not None and op.ctx.static_n > 0:
+    return convert(op)
+  n = op.ctx.n if op.ctx.static_n is None else 0
+  m = tf.maximum(n, 1) if op.ctx.static_n is None else 1
+  inputs = [Value(tf.pad(v.tensor, [[0, m - n]] + [[0, 0]] * (rank(v.tensor) - 1)), True)
+            if v.stacked else v for v in op.inputs]
+  ctx = dataclasses.replace(op.ctx, n=tf.convert_to_tensor(m),
+                            static_n=None if op.ctx.static_n is None else 1)
+  values = convert(OpInput(op.op, inputs, ctx))
+  values = [values] if isinstance(values, Value) else values
+  return [stacked(v.tensor[:n]) if v.stacked else v for v in values]
+
+
+def _fold(op, batch_inputs, sizes_input=None):
+  """Runs `op` with the loop axis folded into the batch axis, `[n, b, ...] -> [n*b, ...]`.
+
+  Inputs in `batch_inputs` are folded (tiled first if invariant), entry 0 of the shape
+  vector `sizes_input` is multiplied by n, the other inputs must be invariant; every output
+  is split back.
+  """
+  n = _n(op)
+  first = next(i for i in batch_inputs if op.is_stacked(i))
+  b = dynamic_shape(op.value(first).tensor)[1]
+  inputs = []
+  for i in range(op.num_inputs):
+    if i in batch_inputs:
+      inputs.append(merge_leading(op.stacked(i)))
+    elif i == sizes_input:
+      sizes = _size_list(op, i)
+      inputs.append(_vector([sizes[0] * n] + sizes[1:], op.op.inputs[i].dtype))
+    else:
+      inputs.append(op.invariant(i))
+  return [stacked(split_leading(t, n, b)) for t in op.rebuild(inputs)]
+
+
+def _register_fold(*op_types, batch_inputs, sizes_input=None, rejects_empty=False):
+  """Ops that `_fold` cannot come from register_merge_batch: with a shape-vector input (e.g.
+  AvgPoolGrad), or whose kernel rejects an empty batch (guarded by `_unless_empty`)."""
+
+  def convert(op):
+    if rejects_empty:
+      return _unless_empty(op, lambda op: _fold(op, batch_inputs, sizes_input))
+    return _fold(op, batch_inputs, sizes_input)
+
+  register(*op_types)(convert)
+
+
+# ----------------------------------------------------------------------- bias, softmax, loss
+
+
+@register("BiasAdd", "BiasAddV1")
+def _convert_bias_add(op):
+  """Channels-last with an invariant bias: the op itself, which takes any leading dims.
+
+  Otherwise a broadcasting add of the bias reshaped onto the channel axis.
+  """
+  value, bias = op.value(0), op.value(1)
+  channels_first = op.type == "BiasAdd" and op.attr("data_format") == b"NCHW"
+  if not bias.stacked and not channels_first:
+    return stacked(op.rebuild([value.tensor, bias.tensor])[0])
+  r = op.input_shape(0).rank
+  if r is None:
+    raise Unvectorizable("the value has unknown rank")
+  channel = 1 if channels_first else r - 1
+  trailing = [1] * (r - 1 - channel)
+  if bias.stacked:
+    # [n, c] -> [n, 1, ..., c, 1, ...]
+    shape = dynamic_shape(bias.tensor)
+    b = _reshape(bias.tensor, [shape[0]] + [1] * channel + [shape[1]] + trailing)
+  else:
+    b = _reshape(bias.tensor, dynamic_shape(bias.tensor) + trailing)
+  return stacked(tf.add(value.tensor, b))
+
+
+@register("BiasAddGrad")
+def _convert_bias_add_grad(op):
+  """A sum over every per-iteration axis but the channel axis; the loop axis stays."""
+  grad = op.stacked(0)
+  r = rank(grad) - 1
+  channel = 1 if op.attr("data_format") == b"NCHW" else r - 1
+  return stacked(tf.reduce_sum(grad, [1 + a for a in range(r) if a != channel]))
+
+
+@register("L2Loss")
+def _convert_l2_loss(op):
+  """`sum(x**2) / 2` over the per-iteration axes."""
+  x = op.stacked(0)
+  half = tf.constant(0.5, x.dtype)
+  return stacked(tf.reduce_sum(tf.square(x), list(range(1, rank(x)))) * half)
+
+
+@register("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits")
+def _convert_softmax_cross_entropy(op):
+  """Folds the loop axis into the batch axis of logits and labels (tiling an invariant one:
+  the op does not broadcast over the folded axis)."""
+  if op.type == "SoftmaxCrossEntropyWithLogits":
+    a, b = op.input_shape(0), op.input_shape(1)
+    if not (a.is_fully_defined() and b.is_fully_defined() and a == b):
+      raise Unvectorizable("logits and labels must have the same static shape")
+  return _fold(op, (0, 1))
+
+
+# --------------------------------------------------------------------- convolution geometry
+
+
+class _Window(NamedTuple):
+  """A convolution's geometry per spatial dim (channels-last order)."""
+  strides: tuple
+  dilations: tuple
+  padding: str  # SAME, VALID or EXPLICIT
+  explicit: tuple  # (before, after) per spatial dim, for EXPLICIT
+
+
+def _window(op):
+  """(channels_first, _Window) from a convolution op's attrs."""
+  fmt = op.attr("data_format").decode()
+  channels_first = fmt.startswith("NC")
+  num_spatial = len(fmt) - 2
+
+  def spatial(values):
+    values = list(values)
+    return tuple(values[2:] if channels_first else values[1:-1])
+
+  attrs = op.op.node_def.attr
+  dilations = spatial(op.attr("dilations")) if "dilations" in attrs else (1,) * num_spatial
+  padding = op.attr("padding").decode()
+  explicit = ()
+  if padding == "EXPLICIT":
+    pads = list(op.attr("explicit_paddings"))
+    explicit = spatial([(pads[2 * k], pads[2 * k + 1]) for k in range(len(fmt))])
+  return channels_first, _Window(spatial(op.attr("strides")), dilations, padding, explicit)
+
+
+def _window_attrs(op, window):
+  """Attrs re-emitting `op` channels-last with the same geometry."""
+  attrs = {"data_format": "NHWC" if len(window.strides) == 2 else "NDHWC",
+           "strides": [1, *window.strides, 1]}
+  node_attrs = op.op.node_def.attr
+  if "dilations" in node_attrs:
+    attrs["dilations"] = [1, *window.dilations, 1]
+  if "explicit_paddings" in node_attrs:
+    attrs["explicit_paddings"] = (
+        [0, 0] + [p for pair in window.explicit for p in pair] + [0, 0] if window.explicit
+        else [])
+  return attrs
+
+
+def _patches(x, ksize, window):
+  """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels, the order of
+  a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`."""
+  padding = window.padding
+  if padding == "EXPLICIT":
+    x = tf.pad(x, [[0, 0]] + [list(p) for p in window.explicit] + [[0, 0]])
+    padding = "VALID"
+  if len(ksize) == 2:
+    return tf.image.extract_patches(x, [1, *ksize, 1], [1, *window.strides, 1],
+                                    [1, *window.dilations, 1], padding)
+  return _patches_by_slicing(x, ksize, window._replace(padding=padding))
+
+
+def _patches_by_slicing(x, ksize, window):
+  """`_patches` as one strided slice per tap (XLA has no kernel for volume patches)."""
+  spatial = _static_ints(dynamic_shape(x)[1:-1], "the input's spatial size")
+  pads, out = [], []
+  for size, k, s, d in zip(spatial, ksize, window.strides, window.dilations):
+    effective = (k - 1) * d + 1
+    if window.padding == "SAME":
+      o = -(-size // s)
+      total = max((o - 1) * s + effective - size, 0)
+      pads.append([total // 2, total - total // 2])
+    else:
+      o = max(-(-(size - effective + 1) // s), 0)
+      pads.append([0, 0])
+    out.append(o)
+  x = tf.pad(x, [[0, 0]] + pads + [[0, 0]])
+  taps = []
+  for tap in np.ndindex(*ksize):
+    begin = [0] + [t * d for t, d in zip(tap, window.dilations)] + [0]
+    end = [0] + [b + (o - 1) * s + 1 for b, o, s in zip(begin[1:], out, window.strides)] + [0]
+    taps.append(tf.strided_slice(x, begin, end, [1, *window.strides, 1], begin_mask=1,
+                                 end_mask=1 | (1 << (len(ksize) + 1))))
+  return tf.concat(taps, -1)
+
+
+def _conv_both_stacked(x, f, window):
+  """Stacked x `[n, b, *spatial, c]` and filter `[n, *ksize, c, k]` -> `[n, b, *out, k]`."""
+  n, b = dynamic_shape(x)[:2]
+  f_shape = dynamic_shape(f)
+  ksize = _static_ints(f_shape[1:-2], "the filter's spatial size")
+  patches = _patches(merge_leading(x), ksize, window)  # [n*b, *out, P]
+  p_shape = dynamic_shape(patches)
+  out = p_shape[1:-1]
+  patches = _reshape(patches, [n, b * _prod(out), p_shape[-1]])
+  f = _reshape(f, [n, p_shape[-1], f_shape[-1]])
+  return _reshape(tf.matmul(patches, f), [n, b] + out + [f_shape[-1]])
+
+
+def _filter_gradient_both_stacked(x, dy, sizes, window):
+  """Per-iteration filter gradients: patches of stacked x `[n, b, *spatial, c]` against
+  stacked dy `[n, b, *out, k]`, `[n, P, b*o]^T x [n, b*o, k] -> [n, *ksize, c, k]`."""
+  n, b = dynamic_shape(x)[:2]
+  ksize = _static_ints(sizes[:-2], "the filter's spatial size")
+  patches = _patches(merge_leading(x), ksize, window)  # [n*b, *out, P]
+  dy_shape = dynamic_shape(dy)
+  m = b * _prod(dy_shape[2:-1])
+  patches = _reshape(patches, [n, m, dynamic_shape(patches)[-1]])
+  dy = _reshape(dy, [n, m, dy_shape[-1]])
+  return _reshape(tf.matmul(patches, dy, transpose_a=True), [n] + list(sizes))
+
+
+def _dilate(x, axis, stride):
+  """Inserts `stride - 1` zeros after each element along `axis`: length L -> L*stride."""
+  shape = dynamic_shape(x)
+  x = tf.expand_dims(x, axis + 1)
+  pads = [[0, 0]] * (axis + 1) + [[0, stride - 1]] + [[0, 0]] * (len(shape) - axis - 1)
+  x = tf.pad(x, pads)
+  return _reshape(x, shape[:axis] + [shape[axis] * stride] + shape[axis + 1:])
+
+
+def _pad_or_crop(x, pads):
+  """Pads (positive) or crops (negative) the spatial dims of `[B, *spatial, c]`."""
+  shape = dynamic_shape(x)
+  begin = [0] + [max(-lo, 0) for lo, _ in pads] + [0]
+  size = [-1] + [d + min(lo, 0) + min(hi, 0) for d, (lo, hi) in zip(shape[1:-1], pads)] + [-1]
+  x = tf.slice(x, begin, size)
+  return tf.pad(x, [[0, 0]] + [[max(lo, 0), max(hi, 0)] for lo, hi in pads] + [[0, 0]])
+
+
+def _pad_before(window, k, size, out, ksize):
+  """The padding the forward convolution puts before spatial dim k."""
+  if window.padding == "VALID":
+    return 0
+  if window.padding == "EXPLICIT":
+    return window.explicit[k][0]
+  effective = (ksize - 1) * window.dilations[k] + 1
+  return max((out - 1) * window.strides[k] + effective - size, 0) // 2
+
+
+def _input_gradient_both_stacked(in_sizes, f, dy, window):
+  """Per-iteration input gradients for stacked filter `[n, *ksize, c, k]` and dy
+  `[n, b, *out, k]`, as a forward convolution.
+
+  dx[p] = sum_t dy_dilated[p + pad_before - t*d] f[t]: dy dilated by the strides, padded by
+  `(ksize-1)*d - pad_before` before (cropped if negative) and to the input size after, then
+  correlated (stride 1, same dilation) with the spatially flipped filter whose channel axes
+  are swapped.
+  """
+  n, b = dynamic_shape(dy)[:2]
+  ksize = _static_ints(dynamic_shape(f)[1:-2], "the filter's spatial size")
+  spatial = _static_ints(in_sizes[1:-1], "the input's spatial size")
+  out = _static_ints(dynamic_shape(dy)[2:-1], "the output's spatial size")
+  u = merge_leading(dy)
+  pads = []
+  for k, (size, o, kk) in enumerate(zip(spatial, out, ksize)):
+    stride, dilation = window.strides[k], window.dilations[k]
+    if stride > 1:
+      u = _dilate(u, 1 + k, stride)
+    before = (kk - 1) * dilation - _pad_before(window, k, size, o, kk)
+    pads.append((before, size + (kk - 1) * dilation - before - o * stride))
+  u = split_leading(_pad_or_crop(u, pads), n, b)
+  r = rank(f)
+  flipped = tf.reverse(f, list(range(1, r - 2)))
+  flipped = tf.transpose(flipped, list(range(r - 2)) + [r - 1, r - 2])
+  unit = _Window((1,) * len(ksize), window.dilations, "VALID", ())
+  return _conv_both_stacked(u, flipped, unit)
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+
+def _channels_last_input(op, i, tile=False):
+  """(channels_first, input i channels-last); `tile` makes it stacked."""
+  channels_first = op.attr("data_format").decode().startswith("NC")
+  is_stacked = tile or op.is_stacked(i)
+  t = op.stacked(i) if tile else op.value(i).tensor
+  return _to_channels_last(t, is_stacked) if channels_first else t
+
+
+def _restore_layout(op, y):
+  """A stacked channels-last result back in the op's data_format."""
+  if op.attr("data_format").decode().startswith("NC"):
+    return stacked(_to_channels_first(y))
+  return stacked(y)
+
+
+def _channels_last_sizes(op, i):
+  sizes = _size_list(op, i)
+  if op.attr("data_format").decode().startswith("NC"):
+    sizes = [sizes[0]] + sizes[2:] + [sizes[1]]
+  return sizes
+
+
+@register("Conv2D", "Conv3D")
+def _convert_conv(op):
+  """Invariant filter: fold. Invariant input: the filters packed into output channels, one
+  convolution. Both stacked: patches."""
+  if not op.is_stacked(1):
+    return _fold(op, (0,))
+  return _unless_empty(op, _conv_with_stacked_filter)
+
+
+def _conv_with_stacked_filter(op):
+  _, window = _window(op)
+  x, f = _channels_last_input(op, 0), op.value(1).tensor
+  if op.is_stacked(0):
+    return _restore_layout(op, _conv_both_stacked(x, f, window))
+  y = op.rebuild([x, _pack(f, -1)], _window_attrs(op, window))[0]  # [b, *out, n*k]
+  return _restore_layout(op, _unpack(y, -1, _n(op), dynamic_shape(f)[-1]))
+
+
+@register("Conv2DBackpropInput", "Conv3DBackpropInputV2")
+def _convert_conv_backprop_input(op):
+  """Invariant filter: fold. Invariant out_backprop: the filters packed into input channels,
+  one op. Both stacked: a forward convolution by patches."""
+  if not op.is_stacked(1):
+    return _fold(op, (2,), sizes_input=0)
+  return _unless_empty(op, _conv_backprop_input_with_stacked_filter)
+
+
+def _conv_backprop_input_with_stacked_filter(op):
+  _, window = _window(op)
+  sizes = _channels_last_sizes(op, 0)
+  f, dy = op.value(1).tensor, _channels_last_input(op, 2)
+  n = _n(op)
+  if op.is_stacked(2):
+    return _restore_layout(op, _input_gradient_both_stacked(sizes, f, dy, window))
+  packed_sizes = _vector(sizes[:-1] + [n * sizes[-1]], op.op.inputs[0].dtype)
+  y = op.rebuild([packed_sizes, _pack(f, -2), dy], _window_attrs(op, window))[0]
+  return _restore_layout(op, _unpack(y, -1, n, sizes[-1]))
+
+
+@register("Conv2DBackpropFilter", "Conv3DBackpropFilterV2")
+def _convert_conv_backprop_filter(op):
+  """Only out_backprop stacked: packed into output channels; only the input stacked: packed
+  into input channels (one op each). Both stacked (per-example gradients): patches."""
+  return _unless_empty(op, _conv_backprop_filter)
+
+
+def _conv_backprop_filter(op):
+  _, window = _window(op)
+  sizes = _size_list(op, 1)
+  x, dy = _channels_last_input(op, 0), _channels_last_input(op, 2)
+  n = _n(op)
+  dtype = op.op.inputs[1].dtype
+  attrs = _window_attrs(op, window)
+  if op.is_stacked(0) and op.is_stacked(2):
+    return stacked(_filter_gradient_both_stacked(x, dy, sizes, window))
+  if op.is_stacked(2):
+    packed_sizes = _vector(sizes[:-1] + [n * sizes[-1]], dtype)
+    grad = op.rebuild([x, packed_sizes, _pack(dy, -1)], attrs)[0]
+    return stacked(_unpack(grad, -1, n, sizes[-1]))
+  packed_sizes = _vector(sizes[:-2] + [n * sizes[-2], sizes[-1]], dtype)
+  grad = op.rebuild([_pack(x, -1), packed_sizes, dy], attrs)[0]
+  return stacked(_unpack(grad, -2, n, sizes[-2]))
+
+
+@register("DepthwiseConv2dNative")
+def _convert_depthwise_conv(op):
+  """Invariant filter: fold. Otherwise the loop axis is packed into the channels: both
+  stacked, input channels `n*c`; invariant input, multipliers `n*m` per input channel."""
+  if not op.is_stacked(1):
+    return _fold(op, (0,))
+  return _unless_empty(op, _depthwise_conv_with_stacked_filter)
+
+
+def _depthwise_conv_with_stacked_filter(op):
+  _, window = _window(op)
+  x, f = _channels_last_input(op, 0), op.value(1).tensor
+  n = _n(op)
+  c, m = dynamic_shape(f)[-2:]
+  attrs = _window_attrs(op, window)
+  if op.is_stacked(0):
+    y = op.rebuild([_pack(x, -1), _pack(f, -2)], attrs)[0]  # [b, *out, n*c*m]
+    return _restore_layout(op, _unpack(y, -1, n, c * m))
+  y = op.rebuild([x, _pack(f, -1)], attrs)[0]  # [b, *out, c*n*m]
+  shape = dynamic_shape(y)
+  y = _unpack(_reshape(y, shape[:-1] + [c, n * m]), -1, n, m)  # [n, b, *out, c, m]
+  return _restore_layout(op, _reshape(y, [n] + shape[:-1] + [c * m]))
+
+
+@register("DepthwiseConv2dNativeBackpropInput")
+def _convert_depthwise_conv_backprop_input(op):
+  """Invariant filter: fold. Otherwise input channels `n*c` and out_backprop channels
+  `n*c*m` (tiled if invariant: each iteration's filter needs it)."""
+  if not op.is_stacked(1):
+    return _fold(op, (2,), sizes_input=0)
+  return _unless_empty(op, _depthwise_conv_backprop_input_with_stacked_filter)
+
+
+def _depthwise_conv_backprop_input_with_stacked_filter(op):
+  _, window = _window(op)
+  sizes = _channels_last_sizes(op, 0)
+  n = _n(op)
+  dy = _channels_last_input(op, 2, tile=True)
+  packed_sizes = _vector(sizes[:-1] + [n * sizes[-1]], op.op.inputs[0].dtype)
+  y = op.rebuild([packed_sizes, _pack(op.value(1).tensor, -2), _pack(dy, -1)],
+                 _window_attrs(op, window))[0]
+  return _restore_layout(op, _unpack(y, -1, n, sizes[-1]))
+
+
+@register("DepthwiseConv2dNativeBackpropFilter")
+def _convert_depthwise_conv_backprop_filter(op):
+  """Invariant input: out_backprop packed into multipliers `n*m`. Otherwise input channels
+  `n*c` (out_backprop tiled if invariant)."""
+  return _unless_empty(op, _depthwise_conv_backprop_filter)
+
+
+def _depthwise_conv_backprop_filter(op):
+  _, window = _window(op)
+  kh, kw, c, m = _size_list(op, 1)
+  n = _n(op)
+  dtype = op.op.inputs[1].dtype
+  attrs = _window_attrs(op, window)
+  x, dy = _channels_last_input(op, 0), _channels_last_input(op, 2, tile=True)
+  if not op.is_stacked(0):
+    shape = dynamic_shape(dy)
+    dy = _pack(_reshape(dy, shape[:-1] + [c, m]), -1)  # [b, *out, c, n*m]
+    dy = _reshape(dy, shape[1:-1] + [c * n * m])
+    grad = op.rebuild([x, _vector([kh, kw, c, n * m], dtype), dy], attrs)[0]
+    return stacked(_unpack(grad, -1, n, m))
+  grad = op.rebuild([_pack(x, -1), _vector([kh, kw, n * c, m], dtype), _pack(dy, -1)],
+                    attrs)[0]
+  return stacked(_unpack(grad, -2, n, c))
+
+
+# ------------------------------------------------------------------------------- batch norm
+
+
+def _batch_norm_channel_axis(op):
+  return 1 if op.attr("data_format").decode().startswith("NC") else -1
+
+
+@register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+def _convert_fused_batch_norm(op):
+  """Inference with only x stacked: fold (the statistics are inputs). Otherwise pack the loop
+  axis into the channels, so each iteration's channels get their own statistics and
+  parameters; V3's last output is an opaque workspace, consumed as is by the gradient."""
+  n = _n(op)
+  if not op.attr("is_training") and not any(op.is_stacked(i) for i in range(1, 5)):
+    b = dynamic_shape(op.value(0).tensor)[1]
+    outs = op.rebuild([merge_leading(op.value(0).tensor)] +
+                      [op.invariant(i) for i in range(1, 5)])
+    return [stacked(split_leading(outs[0], n, b))] + [invariant(t) for t in outs[1:]]
+  channel = _batch_norm_channel_axis(op)
+  x = op.stacked(0)
+  c = dynamic_shape(x)[1:][channel]
+  outs = op.rebuild([_pack(x, channel)] + [merge_leading(op.stacked(i)) for i in range(1, 5)])
+  return ([stacked(_unpack(outs[0], channel, n, c))] +
+          [stacked(reshape_leading(t, [n, c])) for t in outs[1:5]] +
+          [invariant(t) for t in outs[5:]])
+
+
+@register("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
+def _convert_fused_batch_norm_grad(op):
+  """Packs the loop axis into the channels (per-iteration scale and statistics); the
+  workspace input (V3) must be invariant, as the converted forward op makes it."""
+  n = _n(op)
+  channel = _batch_norm_channel_axis(op)
+  dy, x = op.stacked(0), op.stacked(1)
+  c = dynamic_shape(x)[1:][channel]
+  inputs = [_pack(dy, channel), _pack(x, channel)]
+  inputs += [merge_leading(op.stacked(i)) for i in (2, 3, 4)]
+  inputs += [op.invariant(i) for i in range(5, op.num_inputs)]
+  outs = op.rebuild(inputs)
+  return ([stacked(_unpack(outs[0], channel, n, c))] +
+          [stacked(reshape_leading(t, [n, c])) for t in outs[1:3]] +
+          [invariant(t) for t in outs[3:]])
+
+
+# ----------------------------------------------------------------------- registration table
+
+register_merge_batch("AvgPool")
+register_merge_batch("AvgPool3D")
+_register_fold("AvgPool3DGrad", batch_inputs=(1,), sizes_input=0)
+_register_fold("AvgPoolGrad", batch_inputs=(1,), sizes_input=0)
+register_merge_batch("InTopK", batch_inputs=(0, 1))
+register_merge_batch("InTopKV2", batch_inputs=(0, 1))
+register_merge_batch("LRN")
+register_merge_batch("LRNGrad", batch_inputs=(0, 1, 2))
+register_leading_batch("LogSoftmax")
+register_merge_batch("MaxPool")
+register_merge_batch("MaxPool3D")
+register_merge_batch("MaxPool3DGrad", batch_inputs=(0, 1, 2))
+_register_fold("MaxPool3DGradGrad", batch_inputs=(0, 1, 2), rejects_empty=True)
+register_merge_batch("MaxPoolGrad", batch_inputs=(0, 1, 2))
+register_merge_batch("MaxPoolGradGrad", batch_inputs=(0, 1, 2))
+register_merge_batch("MaxPoolGradGradV2", batch_inputs=(0, 1, 2))
+register_merge_batch("MaxPoolGradV2", batch_inputs=(0, 1, 2))
+register_merge_batch("MaxPoolV2")
+register_leading_batch("NthElement")
+register_leading_batch("Softmax")
+register_leading_batch("TopKV2")
