@@ -17,7 +17,8 @@ vectorized form that reproduces the kernels' bits, so those run iteration by ite
 purpose (exact, not counted as a fallback). Two have an exact vectorized form when only their
 other inputs differ per iteration: integer samplers with stacked bounds reduce the same
 random bits modulo each iteration's range, as the kernels do, and a stateless shuffle is one
-permutation gathered from every iteration's value.
+permutation gathered from every iteration's value. `RandomGammaGrad`, the reparameterization
+gradient of the gamma samplers, is elementwise.
 """
 
 import tensorflow as tf
@@ -25,7 +26,7 @@ import tensorflow as tf
 from vectorize import fallback
 from vectorize import values
 from vectorize.errors import Unvectorizable
-from vectorize.family import register_sequential
+from vectorize.family import register_elementwise, register_sequential
 from vectorize.registry import register
 from vectorize.values import invariant, stacked
 
@@ -73,10 +74,9 @@ _UNSIGNED = {tf.int32: tf.uint32, tf.int64: tf.uint64}
 def _uniform_int_from_bits(bits, minval, maxval):
   """`minval + bits % (maxval - minval)` in unsigned arithmetic, as TF's integer kernels do.
 
-  `bits` (a Value) holds uniform bits of the bounds' dtype (XLA has no uint32 full-range
-  stateless kernel), `[n] + s` or `s`; the bounds are Values of
-  per-iteration scalars, at least one of the three stacked. The same bits give the same
-  integers as the kernels.
+  `bits` (a Value, `[n] + s` or `s`) holds uniform bits in the bounds' signed dtype (XLA has
+  no unsigned 32-bit full-range stateless kernel); the bounds are Values of per-iteration
+  scalars; at least one of the three is stacked. The same bits give the kernels' integers.
   """
   bits, lo, hi = values.align_ranks([bits, minval, maxval])
   bits = tf.bitcast(bits, _UNSIGNED[minval.dtype])
@@ -213,6 +213,12 @@ def _convert_rng_read_and_skip(op):
   multiplier, whatever it is); the per-iteration states are `[n, 3]` int64, `[counter low,
   counter high, key]`, computed in uint64 with the carry into the high word. Assumes that
   n skips add less than 2**64 to the counter (about 2**56 samples).
+
+  Exact when the body draws once from the generator per iteration; with several draws each
+  op takes its own block of n skips, so the draws are still independent and the generator
+  ends where the sequential loop leaves it, but iterations get other blocks than there.
+  Inside a conditional converted with static shapes every lane draws, so the generator
+  advances further than in a sequential loop.
   """
   resource, alg, delta = op.invariant(0), op.invariant(1), op.invariant(2)
   if op.static_value(1) != _PHILOX:
@@ -284,6 +290,7 @@ def _convert_stateless_random_get_alg(op):
 # ----------------------------------------------------------------------------- registration
 
 _register_parameterized("RandomGamma", "RandomPoissonV2")
+register_elementwise("RandomGammaGrad")
 _register_stateless_uniform_int("StatelessRandomUniformInt",
                                 bits_op_type="StatelessRandomUniformFullInt", num_seed_inputs=1)
 _register_stateless_uniform_int("StatelessRandomUniformIntV2",
