@@ -9,7 +9,7 @@ import tensorflow as tf
 
 
 def _normal(rng, shape, scale):
-  return tf.constant(rng.standard_normal(shape).astype(np.float32) * scale)
+  return tf.constant((rng.standard_normal(shape) * scale).astype(np.float32))
 
 
 # ----------------------------------------------------------------------------- MLP
@@ -108,3 +108,42 @@ def gradients(loss_fn, params, *batch):
     tape.watch(params)
     loss = loss_fn(params, *batch)
   return tape.gradient(loss, params)
+
+
+def lstm_dynamic_final_state(params, sequence, length):
+  """ONE example: sequence [max_steps, input], run for its own `length` steps with a
+  `tf.while_loop`; returns the final h [state]."""
+  state_size = params["dense"].shape[0]
+
+  def step(t, c, h):
+    c, h = lstm_cell(params, sequence[t][None], (c, h))
+    return t + 1, c, h
+
+  zeros = tf.zeros([1, state_size])
+  _, _, h = tf.while_loop(lambda t, c, h: t < length, step, (0, zeros, zeros),
+                          maximum_iterations=sequence.shape[0])
+  return h[0]
+
+
+def lstm_dynamic_logits(params, sequence, length):
+  """ONE example's logits [classes] from the final state of its own-length LSTM run."""
+  h = lstm_dynamic_final_state(params, sequence, length)
+  return tf.linalg.matvec(params["dense"], h, transpose_a=True) + params["dense_bias"]
+
+
+def lstm_masked_final_state(params, sequences, lengths):
+  """Hand-batched: sequences [batch, max_steps, input] run to the longest length, each
+  example's state frozen (masked) after its own length; returns h [batch, state]."""
+  batch = tf.shape(sequences)[0]
+  state_size = params["dense"].shape[0]
+  longest = tf.reduce_max(lengths)
+
+  def step(t, c, h):
+    new_c, new_h = lstm_cell(params, tf.gather(sequences, t, axis=1), (c, h))
+    running = (t < lengths)[:, None]
+    return t + 1, tf.where(running, new_c, c), tf.where(running, new_h, h)
+
+  zeros = tf.zeros([batch, state_size])
+  _, _, h = tf.while_loop(lambda t, c, h: t < longest, step, (0, zeros, zeros),
+                          maximum_iterations=sequences.shape[1])
+  return h

@@ -23,7 +23,7 @@ gradient of the gamma samplers, is elementwise.
 
 import tensorflow as tf
 
-from vectorize import fallback
+from vectorize import family
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise, register_sequential
@@ -58,7 +58,7 @@ def _shape_length(op, i):
 
 def _per_iteration(op):
   """Runs the op iteration by iteration: exact, for a seed that differs per iteration."""
-  return fallback.run_sequentially(op.op, op.inputs, op.ctx)
+  return family.run_sequential(op)
 
 
 def _as_shape(dims):

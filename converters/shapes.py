@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from vectorize import values
 from vectorize.errors import Unvectorizable
-from vectorize.family import register_axis_shift, register_invariant_output
+from vectorize.family import (register_axis_shift, register_invariant_output,
+                              register_leading_batch)
 from vectorize.lists import DenseList
 from vectorize.registry import register
 from vectorize.values import Value, stacked
@@ -383,6 +384,7 @@ def _size(op, shape):
 
 # ----------------------------------------------------------------------------- table
 
+register_leading_batch("Bitcast")
 register_axis_shift("ExpandDims", axis_input=1)
 register_invariant_output("OnesLike", per_iteration=_ones)
 register_invariant_output("Rank", per_iteration=_rank)

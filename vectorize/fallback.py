@@ -44,4 +44,13 @@ def run_sequentially(op, inputs, ctx):
   results = tf.while_loop(lambda i, *_: i < ctx.n, body, (tf.constant(0),) + arrays)
   if not dtypes:
     return results[0].op
-  return [stacked(a.stack()) for a in results[1:]]
+  return [stacked(_stack(a, t.shape, ctx)) for a, t in zip(results[1:], op.outputs)]
+
+
+def _stack(array, shape, ctx):
+  """The array stacked; with no iteration, an empty tensor even if a dim is unknown (0)."""
+  if shape.is_fully_defined() or ctx.static_n:
+    return array.stack()
+  empty_shape = [0] + [d if d is not None else 0 for d in shape.as_list()] \
+      if shape.rank is not None else [0]
+  return tf.cond(ctx.n > 0, array.stack, lambda: tf.zeros(empty_shape, array.dtype))

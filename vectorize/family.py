@@ -45,10 +45,11 @@ def register_axis_shift(*op_types, axis_input=None, axis_attr=None, data_inputs=
   """
 
   def convert(op):
+    axis = None if axis_input is None else values.shift_axis(op.invariant(axis_input))
     inputs = []
     for i in range(op.num_inputs):
       if i == axis_input:
-        inputs.append(values.shift_axis(op.invariant(i)))
+        inputs.append(axis)
       elif i in data_inputs or data_inputs == "all":
         inputs.append(op.stacked(i))
       else:
@@ -97,10 +98,14 @@ def register_invariant_output(*op_types, per_iteration):
   register(*op_types)(convert)
 
 
+def run_sequential(op):
+  """A deliberate loop over the iterations for this op (exact; not counted as a fallback).
+
+  For converters that vectorize some input patterns and must loop for others.
+  """
+  return fallback.run_sequentially(op.op, op.inputs, op.ctx)
+
+
 def register_sequential(*op_types):
   """Ops vectorized on purpose by a loop over the iterations (e.g. stacked random seeds)."""
-
-  def convert(op):
-    return fallback.run_sequentially(op.op, op.inputs, op.ctx)
-
-  register(*op_types)(convert)
+  register(*op_types)(run_sequential)

@@ -8,6 +8,7 @@ shape, so they stay correct when n is 0.
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from vectorize import lists
@@ -115,14 +116,20 @@ def align_ranks(values):
   return out
 
 
-def shift_axis(axis, per_iteration_rank=None):
+def shift_axis(axis):
   """Maps an axis of the per-iteration tensor to the stacked tensor (past the loop axis).
 
   Non-negative axes move by one; negative axes count from the end and stay. `axis` may be a
-  Python int, a numpy value or an invariant tensor.
+  Python int, a numpy value or an invariant tensor (folded when known at trace time).
   """
   if isinstance(axis, tf.Tensor):
-    return tf.where(axis >= 0, axis + 1, axis)
+    static = tf.get_static_value(axis)
+    if static is None:
+      return tf.where(axis >= 0, axis + 1, axis)
+    axis = static
+  if np.ndim(axis):
+    return np.where(np.asarray(axis) >= 0, np.asarray(axis) + 1, axis).astype(
+        np.asarray(axis).dtype)
   axis = int(axis)
   return axis + 1 if axis >= 0 else axis
 

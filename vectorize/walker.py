@@ -141,10 +141,10 @@ def _convert_op(op, inputs, ctx):
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
-    results = converter(OpInput(op, inputs, ctx))
-    kind = "vectorized" if any(v.stacked for v in inputs) else "invariant"
-    ctx.report.add(op, kind)
-    return _check_results(op, results, ctx)
+    results = _check_results(op, converter(OpInput(op, inputs, ctx)), ctx)
+    outputs_stacked = not isinstance(results, tf.Operation) and any(v.stacked for v in results)
+    ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
+    return results
   except Unvectorizable as e:
     reason = str(e)
     if not ctx.fallback_allowed:

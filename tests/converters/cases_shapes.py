@@ -66,6 +66,10 @@ def _shape_n(x, y):
 
 
 CASES = [
+    OpCase("Bitcast", lambda x: tf.bitcast(x, tf.int32), [[2, 3]]),
+    OpCase("Bitcast-split", lambda x: tf.bitcast(x, tf.uint8), [[2]],
+           dtypes=[tf.int32, tf.float32], op_types=("Bitcast",)),
+
     # Identity-like.
     OpCase("Identity", tf.identity, [[2, 3]], dtypes=_ANY),
     OpCase("StopGradient", tf.stop_gradient, [[2, 3]]),

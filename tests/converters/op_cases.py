@@ -33,6 +33,9 @@ class OpCase:
     make: per-argument generators `make(rng, shape, dtype) -> np.ndarray` (None: default).
     xla: True, or the reason this case is skipped under XLA.
     compare: 'values' (default) or a function(actual, expected) for ops like random sampling.
+    runtime_args: in the run-time-n and XLA tests, pass the arguments as function inputs
+      (run-time values); False, with a comment saying why, where an argument must be a
+      trace-time constant (e.g. an axis XLA needs at compile time).
   """
   name: str
   build: Callable
@@ -46,6 +49,7 @@ class OpCase:
   make: Optional[Sequence] = None
   xla: object = True
   compare: object = "values"
+  runtime_args: bool = True
 
   @property
   def covered_op_types(self):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import vectorize
 from tests import testing
 from tests.converters.op_cases import ALL_CASES
 
@@ -46,21 +47,41 @@ def _arguments(case, pattern, dtypes, n, seed=0):
   return args
 
 
-def check_case(case, pattern, dtypes, n, mode):
-  args = _arguments(case, pattern, dtypes, max(n, 1) if mode != "function" else n)
-  if n == 0 and mode == "function":
-    reference_args = _arguments(case, pattern, dtypes, 1)
+def _body_for(case, pattern, arguments):
+  def body(i):
+    return case.build(*[tf.gather(a, i) if s else a for a, s in zip(arguments, pattern)])
+  return body
+
+
+def _run(case, pattern, args, n, mode):
+  """pfor of the case's body. In 'dynamic' and 'xla' modes the arguments are inputs of the
+  compiled function (run-time values, not constants); 'dynamic' also feeds n at run time
+  and leaves the stacked arguments' leading dim unknown."""
+  fallback = case.allow_fallback
+  if mode == "function" or not case.runtime_args:
+    return testing.run_pfor(_body_for(case, pattern, args), n, mode=mode, fallback=fallback)
+  specs = [tf.TensorSpec(([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
+           for a, s in zip(args, pattern)]
+  if mode == "dynamic":
+    fn = tf.function(
+        lambda m, *a: vectorize.pfor(_body_for(case, pattern, a), m,
+                                     fallback_to_while_loop=fallback),
+        input_signature=[tf.TensorSpec([], tf.int32)] + specs, autograph=False)
+    out = fn(tf.constant(n), *args)
   else:
-    reference_args = args
+    fn = tf.function(lambda *a: vectorize.pfor(_body_for(case, pattern, a), n,
+                                               fallback_to_while_loop=fallback),
+                     jit_compile=True, autograph=False)
+    out = fn(*args)
+  return tf.nest.map_structure(np.asarray, out)
 
-  def body_for(arguments):
-    def body(i):
-      return case.build(*[tf.gather(a, i) if s else a for a, s in zip(arguments, pattern)])
-    return body
 
-  expected = testing.sequential(body_for(reference_args) if n else None, n,
-                                testing.example_spec(body_for(reference_args)))
-  actual = testing.run_pfor(body_for(args), n, mode=mode, fallback=case.allow_fallback)
+def check_case(case, pattern, dtypes, n, mode):
+  reference_args = _arguments(case, pattern, dtypes, max(n, 1))
+  args = reference_args if n else [a[:0] if s else a for a, s in zip(reference_args, pattern)]
+  reference = _body_for(case, pattern, reference_args)
+  expected = testing.sequential(reference if n else None, n, testing.example_spec(reference))
+  actual = _run(case, pattern, args, n, mode)
   if case.compare == "values":
     testing.assert_allclose(actual, expected, case.tol)
   else:
