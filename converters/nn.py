@@ -24,8 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from vectorize.errors import Unvectorizable
-from vectorize.op_input import OpInput
 from vectorize.family import register_leading_batch, register_merge_batch
+from vectorize.op_input import OpInput
 from vectorize.registry import register
 from vectorize.values import (Value, dynamic_shape, invariant, merge_leading, rank,
                               reshape_leading, split_leading, stacked)
@@ -143,7 +143,9 @@ def _fold(op, batch_inputs, sizes_input=None):
   is split back.
   """
   n = _n(op)
-  first = next(i for i in batch_inputs if op.is_stacked(i))
+  first = next((i for i in batch_inputs if op.is_stacked(i)), None)
+  if first is None:
+    raise Unvectorizable("only a non-batch input differs per iteration")
   b = dynamic_shape(op.value(first).tensor)[1]
   inputs = []
   for i in range(op.num_inputs):
@@ -158,7 +160,7 @@ def _fold(op, batch_inputs, sizes_input=None):
 
 
 def _register_fold(*op_types, batch_inputs, sizes_input=None, rejects_empty=False):
-  """Ops that `_fold` cannot come from register_merge_batch: with a shape-vector input (e.g.
+  """Folded ops that register_merge_batch cannot take: with a shape-vector input (e.g.
   AvgPoolGrad), or whose kernel rejects an empty batch (guarded by `_unless_empty`)."""
 
   def convert(op):
@@ -270,39 +272,38 @@ def _window_attrs(op, window):
 
 
 def _patches(x, ksize, window):
-  """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels, the order of
-  a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`."""
-  padding = window.padding
-  if padding == "EXPLICIT":
-    x = tf.pad(x, [[0, 0]] + [list(p) for p in window.explicit] + [[0, 0]])
-    padding = "VALID"
-  if len(ksize) == 2:
-    return tf.image.extract_patches(x, [1, *ksize, 1], [1, *window.strides, 1],
-                                    [1, *window.dilations, 1], padding)
-  return _patches_by_slicing(x, ksize, window._replace(padding=padding))
+  """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels (the order of
+  a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`).
 
-
-def _patches_by_slicing(x, ksize, window):
-  """`_patches` as one strided slice per tap (XLA has no kernel for volume patches)."""
-  spatial = _static_ints(dynamic_shape(x)[1:-1], "the input's spatial size")
-  pads, out = [], []
-  for size, k, s, d in zip(spatial, ksize, window.strides, window.dilations):
-    effective = (k - 1) * d + 1
+  Each spatial dim is padded and split into `[q, stride]`, so every tap is a plain slice:
+  strided slices are slow on CPU, and XLA lowers ExtractImagePatches to a convolution with
+  a one-hot filter, prod(ksize)*c times the work.
+  """
+  shape = dynamic_shape(x)
+  spatial = _static_ints(shape[1:-1], "the input's spatial size")
+  pads, split, out = [], [], []
+  for k, (size, kk, s, d) in enumerate(zip(spatial, ksize, window.strides, window.dilations)):
+    reach = (kk - 1) * d + 1
     if window.padding == "SAME":
       o = -(-size // s)
-      total = max((o - 1) * s + effective - size, 0)
-      pads.append([total // 2, total - total // 2])
+      before = max((o - 1) * s + reach - size, 0) // 2
     else:
-      o = max(-(-(size - effective + 1) // s), 0)
-      pads.append([0, 0])
+      before, after = window.explicit[k] if window.padding == "EXPLICIT" else (0, 0)
+      o = (size + before + after - reach) // s + 1
+    if o <= 0:
+      raise Unvectorizable("the convolution's output is empty")
+    q = max(-(-(size + before) // s), (kk - 1) * d // s + o)
+    pads.append([before, q * s - size - before])
+    split += [q, s]
     out.append(o)
-  x = tf.pad(x, [[0, 0]] + pads + [[0, 0]])
+  x = _reshape(tf.pad(x, [[0, 0]] + pads + [[0, 0]]), shape[:1] + split + shape[-1:])
   taps = []
   for tap in np.ndindex(*ksize):
-    begin = [0] + [t * d for t, d in zip(tap, window.dilations)] + [0]
-    end = [0] + [b + (o - 1) * s + 1 for b, o, s in zip(begin[1:], out, window.strides)] + [0]
-    taps.append(tf.strided_slice(x, begin, end, [1, *window.strides, 1], begin_mask=1,
-                                 end_mask=1 | (1 << (len(ksize) + 1))))
+    begin, size = [0], [-1]
+    for t, d, s, o in zip(tap, window.dilations, window.strides, out):
+      begin += [t * d // s, t * d % s]
+      size += [o, 1]
+    taps.append(_reshape(tf.slice(x, begin + [0], size + [-1]), shape[:1] + out + shape[-1:]))
   return tf.concat(taps, -1)
 
 
@@ -393,7 +394,7 @@ def _input_gradient_both_stacked(in_sizes, f, dy, window):
 
 
 def _channels_last_input(op, i, tile=False):
-  """(channels_first, input i channels-last); `tile` makes it stacked."""
+  """Input i channels-last (transposed if the op is channels-first); `tile` stacks it."""
   channels_first = op.attr("data_format").decode().startswith("NC")
   is_stacked = tile or op.is_stacked(i)
   t = op.stacked(i) if tile else op.value(i).tensor
@@ -545,6 +546,49 @@ def _depthwise_conv_backprop_filter(op):
   grad = op.rebuild([_pack(x, -1), _vector([kh, kw, n * c, m], dtype), _pack(dy, -1)],
                     attrs)[0]
   return stacked(_unpack(grad, -2, n, c))
+
+
+# ---------------------------------------------------------------------------------- pooling
+
+
+def _argmax_offsets(op, x, dtype):
+  """`[n, 1, ..., 1]`: where each iteration's flat indices start once the batch is folded."""
+  shape = dynamic_shape(x)
+  offsets = tf.range(_n(op), dtype=dtype) * tf.cast(_prod(shape[1:]), dtype)
+  return _reshape(offsets, [shape[0]] + [1] * (len(shape) - 1))
+
+
+@register("MaxPoolWithArgmax")
+def _convert_max_pool_with_argmax(op):
+  """Fold; flat indices that count the batch (include_batch_in_index) get each iteration's
+  offset subtracted. The kernel rejects an empty batch."""
+  return _unless_empty(op, _max_pool_with_argmax)
+
+
+def _max_pool_with_argmax(op):
+  output, argmax = _fold(op, (0,))
+  if not op.attr("include_batch_in_index"):
+    return [output, argmax]
+  return [output, stacked(argmax.tensor - _argmax_offsets(op, op.stacked(0),
+                                                          argmax.tensor.dtype))]
+
+
+@register("MaxPoolGradWithArgmax")
+def _convert_max_pool_grad_with_argmax(op):
+  """Fold input, gradient and argmax; flat indices that count the batch get each iteration's
+  offset added first. The kernel rejects an empty batch."""
+  return _unless_empty(op, _max_pool_grad_with_argmax)
+
+
+def _max_pool_grad_with_argmax(op):
+  n = _n(op)
+  x = op.stacked(0)
+  b = dynamic_shape(x)[1]
+  argmax = op.stacked(2)
+  if op.attr("include_batch_in_index"):
+    argmax += _argmax_offsets(op, x, argmax.dtype)
+  grad = op.rebuild([merge_leading(x), merge_leading(op.stacked(1)), merge_leading(argmax)])[0]
+  return stacked(split_leading(grad, n, b))
 
 
 # ------------------------------------------------------------------------------- batch norm
