@@ -19,7 +19,8 @@ def sequential(body, n, output_spec=None):
     return tf.nest.map_structure(
         lambda s: np.zeros([0] + s.shape.as_list(), s.dtype.as_numpy_dtype), output_spec)
   outs = [body(tf.constant(i)) for i in range(n)]
-  return tf.nest.map_structure(lambda *xs: np.stack([np.asarray(x) for x in xs]), *outs)
+  return tf.nest.map_structure(
+      lambda *xs: np.stack([np.asarray(tf.convert_to_tensor(x)) for x in xs]), *outs)
 
 
 def output_spec(body):

@@ -71,7 +71,7 @@ def test_gradient_with_respect_to_a_stacked_input():
   with tf.GradientTape() as tape:
     out = tf.reduce_sum(vectorize.pfor(body, 5, fallback_to_while_loop=False))
   expected = np.cos(X.numpy()) * np.arange(1, 6)[:, None]
-  np.testing.assert_allclose(tape.gradient(out, x), expected, rtol=1e-5)
+  np.testing.assert_allclose(tf.convert_to_tensor(tape.gradient(out, x)), expected, rtol=1e-5)
 
 
 def test_nested_pfor_equals_double_loop():
