@@ -1,0 +1,102 @@
+"""map_and_batch: equal to map-then-batch element for element; clear errors for stateful fns."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from vectorize.helpers import data
+
+SIZE = 10
+RNG = np.random.default_rng(0)
+IMAGES = RNG.standard_normal([SIZE, 4, 4, 3]).astype(np.float32)
+LABELS = np.arange(SIZE, dtype=np.int64)
+W = tf.constant(RNG.standard_normal([48, 5]).astype(np.float32))
+
+
+def _nested_dataset():
+  """Elements ({"image": [4, 4, 3], "meta": (label, scalar)}, label): a tuple, so map
+  passes them as two arguments."""
+  return tf.data.Dataset.from_tensor_slices(
+      ({"image": IMAGES, "meta": (LABELS, IMAGES[:, 0, 0, 0])}, LABELS))
+
+
+def _nested_fn(features, label):
+  image = (features["image"] - tf.reduce_mean(features["image"])) / 2.0
+  projected = tf.matmul(tf.reshape(image, [1, -1]), W)[0]
+  offset, scalar = features["meta"]
+  return {"projected": projected, "flipped": tf.reverse(image, [1])}, (label * 2 + offset,
+                                                                        scalar + 1.0)
+
+
+def _assert_same_dataset(actual, expected):
+  assert actual.element_spec == expected.element_spec
+  actual, expected = list(actual), list(expected)
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    tf.nest.assert_same_structure(a, e)
+    for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(e)):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size,drop_remainder",
+                         [(5, False), (5, True), (4, False), (4, True)])
+def test_map_and_batch_equals_map_then_batch_nested(batch_size, drop_remainder):
+  ds = _nested_dataset()
+  _assert_same_dataset(ds.apply(data.map_and_batch(_nested_fn, batch_size, drop_remainder)),
+                       ds.map(_nested_fn).batch(batch_size, drop_remainder))
+
+
+def test_map_and_batch_single_tensor_elements_with_parallel_calls():
+  ds = tf.data.Dataset.from_tensor_slices(IMAGES)
+  fn = lambda image: tf.reduce_max(image, axis=-1) * 3.0
+  _assert_same_dataset(
+      ds.apply(data.map_and_batch(fn, 3, num_parallel_calls=tf.data.AUTOTUNE)),
+      ds.map(fn).batch(3))
+
+
+def test_map_and_batch_batch_larger_than_dataset_with_drop_remainder_is_empty():
+  ds = tf.data.Dataset.from_tensor_slices(IMAGES)
+  assert not list(ds.apply(data.map_and_batch(tf.reduce_sum, SIZE + 1, drop_remainder=True)))
+
+
+def test_map_and_batch_is_vectorized_without_fallback():
+  _nested_dataset().apply(data.map_and_batch(_nested_fn, 4))
+  assert vectorize.last_report().num_fallbacks == 0
+
+
+def test_map_and_batch_commutative_variable_update_matches_map():
+  counter = tf.Variable(0.0)
+
+  def fn(image):
+    counter.assign_add(tf.reduce_sum(image))
+    return image[0, 0]
+
+  ds = tf.data.Dataset.from_tensor_slices(IMAGES)
+  list(ds.apply(data.map_and_batch(fn, 4)))
+  np.testing.assert_allclose(counter.numpy(), IMAGES.sum(), rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- errors
+
+def test_map_and_batch_order_dependent_variable_raises_at_apply_time():
+  state = tf.Variable(1.0)
+
+  def fn(image):
+    state.assign(state * tf.reduce_mean(image))   # each element sees the previous one's write
+    return state.read_value()
+
+  with pytest.raises(vectorize.ConversionError, match=r"(?s)variable.*dataset\.map\(fn\)"):
+    tf.data.Dataset.from_tensor_slices(IMAGES).apply(data.map_and_batch(fn, 4))
+
+
+def test_map_and_batch_py_function_raises_at_apply_time():
+  fn = lambda image: tf.py_function(lambda t: t * 2.0, [image], tf.float32)
+  with pytest.raises(vectorize.ConversionError, match=r"(?s)EagerPyFunc.*dataset\.map\(fn\)"):
+    tf.data.Dataset.from_tensor_slices(IMAGES).apply(data.map_and_batch(fn, 4))
+
+
+def test_map_and_batch_ragged_elements_raise_type_error():
+  ds = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1, 2], [3]]))
+  with pytest.raises(TypeError, match="RaggedTensorSpec"):
+    ds.apply(data.map_and_batch(lambda r: r, 2))

@@ -1,0 +1,117 @@
+"""tf.data: a per-element map, vectorized and applied after `batch()`.
+
+`ds.apply(map_and_batch(fn, b))` yields what `ds.map(fn).batch(b)` yields, element for
+element, but runs `fn` once per batch instead of once per element: it is
+`ds.batch(b).map(vectorized_fn)`, where `vectorized_fn` runs `pfor` over the batch's leading
+axis. The trick is that tf.data traces a map function as a graph function at apply time, so
+the conversion runs then, inside that graph; n is read from the batch at run time, so the
+last, smaller batch needs no second trace. tf.data passes a tuple element as positional
+arguments; the vectorized fn receives the batch the same way and hands each iteration's
+slices to `fn` in the same form.
+
+A conversion that cannot keep sequential semantics (a variable read and written per element,
+a Python function per element) fails at apply time with a `ConversionError` saying what to do.
+"""
+
+import tensorflow as tf
+from tensorflow.python.util import nest
+
+from vectorize import api
+from vectorize.errors import ConversionError
+
+# Ops that call back into Python for each element.
+_PYTHON_CALL_TYPES = frozenset(["EagerPyFunc", "PyFunc", "PyFuncStateless"])
+
+
+def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
+                  fallback_to_while_loop=True):
+  """A dataset transformation equal to `map(fn)` then `batch(batch_size, drop_remainder)`.
+
+  Args:
+    fn: the per-element function, as for `Dataset.map` (a tuple element arrives as
+      positional arguments); it must return dense tensors.
+    batch_size: elements per batch, a Python int or scalar int64 tensor, as for `batch`.
+    drop_remainder: drop the last batch when it has fewer than `batch_size` elements.
+    num_parallel_calls: passed to the `map` over batches (e.g. `tf.data.AUTOTUNE`).
+    fallback_to_while_loop: ops of fn with no vectorized form run one element at a time (with
+      a warning); False makes them a `ConversionError` at apply time.
+
+  Returns:
+    A function `Dataset -> Dataset`, for `dataset.apply(...)`.
+
+  Raises (when applied):
+    TypeError: the dataset's elements hold ragged or sparse tensors or nested datasets.
+    ConversionError: fn cannot be vectorized without changing its result: it reads and
+      writes a `tf.Variable` with per-element values in an order-dependent way, or calls
+      Python (`tf.py_function`, `tf.numpy_function`) per element; or an op cannot be
+      vectorized and the fallback is off.
+
+  Example:
+    >>> ds = tf.data.Dataset.from_tensor_slices(tf.random.normal([100, 8]))
+    >>> ds = ds.apply(vectorize.data.map_and_batch(lambda x: tf.nn.l2_normalize(x), 32))
+    >>> [b.shape[0] for b in ds]                           # [32, 32, 32, 4]
+
+  Limits: like `Dataset.map`, fn is traced once and Python values it reads are read then;
+  stateful random ops draw per batch, so their values differ from map-then-batch (their
+  distribution does not).
+  """
+
+  def apply(dataset):
+    _check_dense(dataset.element_spec)
+    batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    return batched.map(_vectorized(fn, fallback_to_while_loop),
+                       num_parallel_calls=num_parallel_calls)
+
+  return apply
+
+
+def _check_dense(element_spec):
+  for path, spec in nest.flatten_with_joined_string_paths(element_spec):
+    if not isinstance(spec, tf.TensorSpec):
+      raise TypeError(
+          f"map_and_batch: the dataset element at {path or '<top level>'} is a "
+          f"{type(spec).__name__}; only dense tensors can be vectorized. Use "
+          "dataset.map(fn).batch(...) (or ragged_batch) for such elements.")
+
+
+def _name(fn):
+  return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _vectorized(fn, fallback):
+  """`fn` over every element of a batch (the batch's structure, tuples as arguments)."""
+
+  @tf.autograph.experimental.do_not_convert
+  def vectorized_fn(*batch):
+    flat = tf.nest.flatten(batch)
+    if not flat:
+      raise ValueError("map_and_batch: the dataset's elements hold no tensor.")
+    n = flat[0].shape[0]
+    if n is None:
+      n = tf.shape(flat[0], out_type=tf.int32)[0]   # the last batch may be smaller
+
+    def loop_fn(i):
+      return fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))
+
+    try:
+      outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback)
+    except ConversionError as e:
+      raise ConversionError(
+          f"map_and_batch cannot vectorize {_name(fn)}: {e} map_and_batch computes every "
+          "element of a batch at once, so a fn whose result depends on the order of "
+          "elements cannot run there: use dataset.map(fn).batch(...) for it, or make the "
+          "state update commutative (assign_add) or per-batch.") from e
+    _refuse_python_calls(api.last_report(), fn)
+    return outputs
+
+  return vectorized_fn
+
+
+def _refuse_python_calls(report, fn):
+  calls = [r for r in report.records if r.op_type in _PYTHON_CALL_TYPES]
+  if calls:
+    raise ConversionError(
+        f"map_and_batch cannot vectorize {_name(fn)}: it calls Python per element "
+        f"(op {calls[0].op_name!r} of type {calls[0].op_type}, from tf.py_function or "
+        "tf.numpy_function), which has no vectorized form. Use dataset.map(fn).batch(...) "
+        "for this fn, or write the Python part with TensorFlow ops.")
