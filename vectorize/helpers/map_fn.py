@@ -22,6 +22,9 @@ _COMPOSITE_VALUES = (tf.RaggedTensor, tf.SparseTensor)
 _COMPOSITE_SPECS = (tf.RaggedTensorSpec, tf.SparseTensorSpec)
 
 
+# Not converted by AutoGraph when a tf.function calls it: this is library code. fn itself is
+# still converted, when pfor traces the body.
+@tf.autograph.experimental.do_not_convert
 def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True, swap_memory=False,
            infer_shape=True, name=None, fn_output_signature=None, *,
            fallback_to_while_loop=True):

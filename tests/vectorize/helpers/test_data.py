@@ -55,6 +55,16 @@ def test_map_and_batch_single_tensor_elements_with_parallel_calls():
       ds.map(fn).batch(3))
 
 
+def test_map_and_batch_converts_python_control_flow_of_fn():
+  def fn(image):
+    if tf.reduce_sum(image) > 0:   # a Python `if` on a tensor, as Dataset.map allows
+      return image[0] * 2.0
+    return -image[0]
+
+  ds = tf.data.Dataset.from_tensor_slices(IMAGES)
+  _assert_same_dataset(ds.apply(data.map_and_batch(fn, 4)), ds.map(fn).batch(4))
+
+
 def test_map_and_batch_batch_larger_than_dataset_with_drop_remainder_is_empty():
   ds = tf.data.Dataset.from_tensor_slices(IMAGES)
   assert not list(ds.apply(data.map_and_batch(tf.reduce_sum, SIZE + 1, drop_remainder=True)))

@@ -71,6 +71,17 @@ def test_map_fn_is_vectorized_without_fallback():
   assert any(r.op_type == "Softmax" and r.kind == "vectorized" for r in report.records)
 
 
+def _sign_dependent(row):
+  if tf.reduce_sum(row) > 0:   # a Python `if` on a tensor: AutoGraph makes it a tf.cond
+    return row * 2.0
+  return -row
+
+
+def test_map_fn_in_tf_function_converts_python_control_flow_of_fn():
+  out = tf.function(lambda: map_fn(_sign_dependent, X))()
+  testing.assert_allclose(_numpy(out), _numpy(tf.map_fn(_sign_dependent, X)))
+
+
 def test_map_fn_zero_length_elems_give_empty_outputs():
   out = map_fn(lambda row: tf.reduce_sum(row) * 2.0, tf.zeros([0, 3]))
   assert out.shape == (0,) and out.dtype == tf.float32
