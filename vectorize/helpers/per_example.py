@@ -1,0 +1,122 @@
+"""Per-example gradients of a loss written for one example.
+
+`per_example_gradients(loss_fn, variables, *batch)` is `pfor` over the examples of
+`tape.gradient(loss_fn(*example_i), variables)`: the body slices example i out of the batch,
+runs the forward and backward pass for that one example, and the walker turns the whole
+thing into one batched forward and backward pass that keeps the per-example gradients
+apart (a matmul's weight gradient becomes a batched matmul, not a sum over the batch).
+The conversion is traced once into a `tf.function` cached per (loss_fn, variables), so
+repeated eager calls with batches of the same shapes trace nothing.
+"""
+
+import tensorflow as tf
+
+from vectorize import api
+
+
+def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=True,
+                          parallel_iterations=None):
+  """The gradient of `loss_fn` at each example of `batch`, for every variable.
+
+  Args:
+    loss_fn: `loss_fn(*example)` returns the scalar loss of ONE example, where `example`
+      holds each element of `batch` with its leading (batch) axis removed. A model that
+      expects a batch axis is called on `x[None]` (a batch of one). A non-scalar loss is
+      summed, as `tape.gradient` does.
+    variables: the variables to differentiate: a `tf.Variable`, a list, dict or nested
+      structure of them, or an object with `trainable_variables` (a `tf.Module`, a Keras
+      model or layer, built).
+    *batch: tensors (or nested structures of tensors) sharing their leading dimension b.
+    fallback_to_while_loop: as in `pfor`: ops with no vectorized form run in a sequential
+      loop (with a warning) instead of raising `ConversionError`.
+    parallel_iterations: as in `pfor`: examples at a time, to bound memory.
+
+  Returns:
+    The variables' structure (for a module or model, the list of its trainable
+    variables), each gradient `[b] + variable.shape`; None for a variable the loss does
+    not depend on.
+
+  Raises:
+    ValueError: no batch, elements without a leading axis or with different leading
+      dimensions, or no variables.
+    ConversionError: an op cannot be vectorized and `fallback_to_while_loop` is False.
+
+  Example:
+    >>> model = tf.keras.Sequential([tf.keras.layers.Dense(10)]); model.build((None, 4))
+    >>> def loss_fn(x, y):
+    ...   logits = model(x[None])[0]
+    ...   return tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+    >>> grads = vectorize.per_example_gradients(loss_fn, model, images, labels)
+    >>> [g.shape for g in grads]    # [[b, 4, 10], [b, 10]]
+
+  Limits: layers that mix examples (batch normalization in training mode) see a batch of
+  one; the Python in `loss_fn` runs at trace time only (use `tf.Variable`s for state).
+  """
+  structure = _variable_structure(variables)
+  flat_vars = tf.nest.flatten(structure)
+  if not flat_vars:
+    raise ValueError("per_example_gradients got no variables to differentiate (a Keras "
+                     "model has none until it is built: call it once first).")
+  if not batch:
+    raise ValueError("per_example_gradients needs at least one batch element.")
+  key = ("per_example_gradients", api._callable_key(loss_fn),  # pylint: disable=protected-access
+         tuple(api._Identity(v) for v in flat_vars),  # pylint: disable=protected-access
+         fallback_to_while_loop, parallel_iterations)
+  graph_fn = api._cached(key, lambda: tf.function(  # pylint: disable=protected-access
+      lambda batch: _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
+                                          parallel_iterations)))
+  grads = graph_fn(tf.nest.map_structure(tf.convert_to_tensor, batch))
+  return tf.nest.pack_sequence_as(structure, grads)
+
+
+def _variable_structure(variables):
+  """The variables as a nested structure: an object's trainable variables, as a list."""
+  if isinstance(variables, (list, tuple, dict)) or isinstance(variables, tf.Variable):
+    return variables
+  trainable = getattr(variables, "trainable_variables", None)
+  if trainable is not None:
+    return list(trainable)
+  return variables
+
+
+def _watchable(variable):
+  """What `tape.watch` accepts for `variable`: a Keras 3 variable wraps a `tf.Variable`."""
+  if isinstance(variable, tf.Variable):
+    return variable
+  inner = getattr(variable, "value", None)
+  return inner if isinstance(inner, tf.Variable) else variable
+
+
+def _batch_size(flat_batch):
+  """The shared leading dimension of the batch tensors: an int, or a scalar tensor."""
+  for t in flat_batch:
+    if t.shape.rank == 0:
+      raise ValueError(f"per_example_gradients needs a leading batch axis on every batch "
+                       f"element; got the scalar {t.name}.")
+  static = {t.shape[0] for t in flat_batch} - {None}
+  if len(static) > 1:
+    raise ValueError(f"per_example_gradients needs the same leading dimension in every "
+                     f"batch element; got {sorted(static)}.")
+  if static:
+    return static.pop()
+  return tf.shape(flat_batch[0])[0]
+
+
+@tf.autograph.experimental.do_not_convert
+def _per_example_in_graph(loss_fn, flat_vars, batch, fallback, parallel_iterations):
+  flat_batch = tf.nest.flatten(batch)
+  n = _batch_size(flat_batch)
+  is_none = []
+
+  def example_gradients(i):
+    example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
+    with tf.GradientTape() as tape:
+      tape.watch([_watchable(v) for v in flat_vars])   # non-trainable ones too
+      loss = loss_fn(*example)
+    grads = tape.gradient(loss, flat_vars)
+    is_none[:] = [g is None for g in grads]
+    return [g for g in grads if g is not None]
+
+  present = iter(api.pfor(example_gradients, n, fallback_to_while_loop=fallback,
+                          parallel_iterations=parallel_iterations))
+  return [None if none else next(present) for none in is_none]
