@@ -60,3 +60,18 @@ def max_rel_error(actual, expected):
     if e.size:
       errors.append(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-12))
   return float(max(errors)) if errors else 0.0
+
+
+def count_ops(fn):
+  """Ops in the graph of a `tf.function` (traced without arguments), nested functions
+  included."""
+  graph = fn.get_concrete_function().graph
+  total, pending, seen = 0, [graph], set()
+  while pending:
+    g = pending.pop()
+    total += len(g.get_operations())
+    for name, f in getattr(g, "_functions", {}).items():
+      if name not in seen and getattr(f, "graph", None) is not None:
+        seen.add(name)
+        pending.append(f.graph)
+  return total

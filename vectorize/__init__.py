@@ -3,7 +3,17 @@
 from vectorize.api import last_report, pfor, static_shapes, vectorized_map
 from vectorize.config import PForConfig
 from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.explain import Explanation, explain
+from vectorize.helpers import data
+from vectorize.helpers.jacobian import (batch_jacobian, batch_jacobian_fn, hessian, jacobian,
+                                        jacobian_fn)
+from vectorize.helpers.map_fn import map_fn
+from vectorize.helpers.per_example import per_example_gradients
 from vectorize.registry import registered_op_types
 
-__all__ = ["pfor", "vectorized_map", "registered_op_types", "last_report", "static_shapes",
-           "PForConfig", "ConversionError", "Unvectorizable"]
+__all__ = [
+    "ConversionError", "Explanation", "PForConfig", "Unvectorizable", "batch_jacobian",
+    "batch_jacobian_fn", "data", "explain", "hessian", "jacobian", "jacobian_fn",
+    "last_report", "map_fn", "per_example_gradients", "pfor", "registered_op_types",
+    "static_shapes", "vectorized_map",
+]

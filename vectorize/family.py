@@ -70,7 +70,8 @@ def register_merge_batch(*op_types, batch_inputs=(0,)):
   """
 
   def convert(op):
-    b = values.dynamic_shape(op.stacked(batch_inputs[0]))[1]
+    source = next((i for i in batch_inputs if op.is_stacked(i)), batch_inputs[0])
+    b = values.dynamic_shape(op.stacked(source))[1]
     inputs = []
     for i in range(op.num_inputs):
       inputs.append(values.merge_leading(op.stacked(i)) if i in batch_inputs

@@ -9,6 +9,7 @@ control edge was added after its target was created.
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops as tf_ops
 
 _DROPPED_ATTRS = ("_class",)
@@ -84,8 +85,20 @@ def emit(op_type, inputs, attrs, src_graph=None, name=None):
   if src_graph is not None:
     _copy_functions(attrs, src_graph, graph)
   inputs = [tf.convert_to_tensor(t) for t in inputs]
-  return graph._create_op_internal(  # pylint: disable=protected-access
+  op = graph._create_op_internal(  # pylint: disable=protected-access
       op_type, inputs, attrs=attrs, name=_clean_name(name or op_type))
+  if op.outputs and execute.must_record_gradient():
+    _record_on_tapes(op)
+  return op
+
+
+def _record_on_tapes(op):
+  """Records `op` on the active gradient tapes, as TF's generated op wrappers do: ops made
+  with the low-level graph API are otherwise invisible to `tf.GradientTape`."""
+  attrs = []
+  for name in op.node_def.attr:
+    attrs.extend([name, op.get_attr(name)])
+  execute.record_gradient(op.type, list(op.inputs), tuple(attrs), list(op.outputs))
 
 
 def copy_op(op, inputs):

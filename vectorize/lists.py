@@ -74,8 +74,15 @@ def to_dense(list_tensor, n, element_shape=None):
 
 
 def placeholder(list_tensor, static_n):
-  """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs)."""
-  dtype, shape = element_spec(list_tensor)
+  """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs).
+
+  A list input whose element type is unknown (one a loop condition receives but never reads)
+  gets a plain variant placeholder.
+  """
+  try:
+    dtype, shape = element_spec(list_tensor)
+  except Unvectorizable:
+    return tf.compat.v1.placeholder(tf.variant, [])
   buffer_shape = [static_n, None] + shape.as_list() if shape.rank is not None else None
   buffer = tf.compat.v1.placeholder(dtype, buffer_shape)
   return DenseList(buffer, tf.compat.v1.placeholder(tf.int32, [static_n]))
@@ -102,4 +109,6 @@ def ensure_capacity(dense, needed, static_shapes):
     return tf.pad(dense.buffer, pad)
 
   buffer = tf.cond(needed > capacity, grow, lambda: dense.buffer)
+  buffer.set_shape(tf.TensorShape([dense.buffer.shape[0], None]).concatenate(
+      dense.buffer.shape[2:]))
   return DenseList(buffer, dense.lengths)

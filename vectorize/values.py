@@ -126,7 +126,7 @@ def shift_axis(axis):
     static = tf.get_static_value(axis)
     if static is None:
       return tf.where(axis >= 0, axis + 1, axis)
-    axis = static
+    return tf.constant(shift_axis(static), axis.dtype)
   if np.ndim(axis):
     return np.where(np.asarray(axis) >= 0, np.asarray(axis) + 1, axis).astype(
         np.asarray(axis).dtype)

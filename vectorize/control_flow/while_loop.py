@@ -73,6 +73,22 @@ def _initial(value, ctx, element_shape):
   return stack(value, ctx.n)
 
 
+def _maximum_iterations(op, body_graph):
+  """The loop's `maximum_iterations` (while_v2 carries it as variable 1), or None.
+
+  Passed on to the emitted loop: XLA needs it to differentiate a loop.
+  """
+  if len(op.inputs) < 2 or op.is_stacked(1) or not _is_passthrough(body_graph, 1):
+    return None
+  if "maximum_iterations" not in body_graph.inputs[1].op.name:
+    return None
+  limit = op.invariant(1)
+  static = tf.get_static_value(limit)
+  if static is not None and static < 0:
+    return None
+  return limit
+
+
 def _is_passthrough(body_graph, k):
   """Whether body output k is body input k, possibly through Identity ops."""
   t = body_graph.outputs[k]
@@ -110,7 +126,8 @@ def _invariant_loop(op, cond_graph, body_graph, init, flags):
       cond, body, [v.tensor for v in init],
       shape_invariants=[_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
                         enumerate(zip(init, flags))],
-      parallel_iterations=op.attr("parallel_iterations"))
+      parallel_iterations=op.attr("parallel_iterations"),
+      maximum_iterations=_maximum_iterations(op, body_graph))
   return [Value(t, f) for t, f in zip(results, flags)]
 
 
@@ -188,7 +205,8 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
       (active,) + tuple(v.tensor for v in init),
       shape_invariants=(tf.TensorShape([ctx.static_n]),) + tuple(
           _shape_invariant(op, k, v.tensor, f) for k, (v, f) in enumerate(zip(init, flags))),
-      parallel_iterations=op.attr("parallel_iterations"))
+      parallel_iterations=op.attr("parallel_iterations"),
+      maximum_iterations=_maximum_iterations(op, body_graph))
   return [Value(t, f) for t, f in zip(results[1:], flags)]
 
 

@@ -155,7 +155,7 @@ def test_gradient_outside_through_a_converted_cond(static_shapes):
     with tf.GradientTape() as tape:
       out = tf.reduce_sum(vectorize.pfor(_safe_log_body(values), 6,
                                          fallback_to_while_loop=False))
-  grad = tape.gradient(out, values).numpy()
+  grad = tf.convert_to_tensor(tape.gradient(out, values)).numpy()
   expected = np.where(values.numpy() > 0, 1.0 / values.numpy(), -1.0)
   np.testing.assert_allclose(grad, expected, rtol=1e-6)
 
@@ -175,13 +175,13 @@ def test_static_shapes_leak_no_junk_from_untaken_branches(fn):
     with tf.GradientTape() as tape:
       out = vectorize.pfor(body, 6, fallback_to_while_loop=False)
       total = tf.reduce_sum(out)
-    return out, tape.gradient(total, values)
+    return out, tf.convert_to_tensor(tape.gradient(total, values))
 
   out, grad = vectorized()
   with tf.GradientTape() as tape:
     looped = tf.stack([body(tf.constant(i)) for i in range(6)])
     total = tf.reduce_sum(looped)
-  expected_grad = tape.gradient(total, values)
+  expected_grad = tf.convert_to_tensor(tape.gradient(total, values))
   assert np.all(np.isfinite(out)) and np.all(np.isfinite(grad))
   np.testing.assert_allclose(out, looped, rtol=1e-6)
   np.testing.assert_allclose(grad, expected_grad, rtol=1e-6)

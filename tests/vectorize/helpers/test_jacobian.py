@@ -319,10 +319,6 @@ def test_hessian_does_not_retrace():
   assert len(calls) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "engine: lists.ensure_capacity returns a buffer whose loop axis lost its static size "
-    "(tf.pad with a dynamic amount inside tf.cond), so the second-order while loop's "
-    "TensorList variable breaks its [n, None, ...] shape invariant"))
 def test_hessian_through_a_while_loop_equals_the_nested_loop():
   params = models.lstm_params(input_size=2, state_size=3)
 

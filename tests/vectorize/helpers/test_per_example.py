@@ -99,12 +99,6 @@ def test_keras_masked_lstm_unrolled_equals_the_loop():
   _assert_close(actual, _loop(loss_fn, list(model.trainable_variables), sequences, LABELS))
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "engine: (1) walker.dry_run builds a DenseList placeholder for every stacked variant "
-    "input of Keras' while-loop condition, and a TensorList the condition never reads (a "
-    "'redundant_placeholder') has no element type; (2) then lists.ensure_capacity loses "
-    "the static loop-axis size of the buffer, breaking the loop's shape invariant. With "
-    "both fixed it passes; the fallback cannot run it either (stacked TensorLists)."))
 def test_keras_masked_lstm_with_while_loop_equals_the_loop():
   model = _masked_lstm(unroll=False)
   loss_fn = _classification_loss(model)

@@ -1,0 +1,1 @@
+"""What users call on top of pfor: jacobians, per-example gradients, map_fn, tf.data."""
