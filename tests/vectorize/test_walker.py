@@ -84,3 +84,23 @@ def test_nested_pfor_equals_double_loop():
   actual = testing.run_pfor(outer, 5)
   expected = np.stack([np.stack([X.numpy()[i] * (j + 1) for j in range(3)]) for i in range(5)])
   testing.assert_allclose(actual, expected)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_tape_inside_a_tf_function_sees_the_converted_ops(jit_compile):
+  """Ops the walker emits are recorded on tapes, as TF's own op wrappers are."""
+  w = tf.Variable(W)
+
+  def body(i):
+    return tf.reduce_sum(tf.sin(tf.matmul(tf.gather(X, i)[None], w)) * tf.exp(w[0]))
+
+  @tf.function(jit_compile=jit_compile)
+  def vectorized_gradient():
+    with tf.GradientTape() as tape:
+      out = tf.reduce_sum(vectorize.pfor(body, 5, fallback_to_while_loop=False) ** 2)
+    return tape.gradient(out, w)
+
+  with tf.GradientTape() as tape:
+    looped = tf.reduce_sum(tf.stack([body(tf.constant(i)) for i in range(5)]) ** 2)
+  np.testing.assert_allclose(vectorized_gradient(), tape.gradient(looped, w), rtol=1e-4,
+                             atol=1e-5)
