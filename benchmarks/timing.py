@@ -22,6 +22,12 @@ def first_call_seconds(fn):
   return time.perf_counter() - start
 
 
+def warm_autograph(fn):
+  """Traces `fn` once under autograph, so that the first form timed does not pay alone for
+  transpiling the user's code (autograph caches it per function)."""
+  tf.function(fn).get_concrete_function()
+
+
 def compare(forms, rounds=7, calls_per_round=3, baseline=None):
   """Times each form; returns {name: {'ms': median, 'ratio': median ratio to baseline}}.
 

@@ -3,7 +3,7 @@
 from vectorize.api import last_report, pfor, static_shapes, vectorized_map
 from vectorize.config import PForConfig
 from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.explain import Explanation, explain
+from vectorize.explanation import Explanation, explain
 from vectorize.helpers import data
 from vectorize.helpers.jacobian import (batch_jacobian, batch_jacobian_fn, hessian, jacobian,
                                         jacobian_fn)

@@ -15,6 +15,9 @@ import types
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.autograph.core import ag_ctx
+from tensorflow.python.autograph.core import config as ag_config
+from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.eager import context
 from tensorflow.python.ops import control_flow_util
 from tensorflow.python.util import nest
@@ -25,6 +28,16 @@ from vectorize import walker
 from vectorize.config import PForConfig
 from vectorize.context import Context, Report
 from vectorize.values import stack, stacked, invariant
+
+def _exclude_from_autograph():
+  """Our graph-building code is plain Python: autograph must not rewrite it. Without this, a
+  pfor called inside a user's `tf.function` gets the whole library re-transpiled at every
+  trace (seconds). The loop body itself is still converted, explicitly, in `TracedBody`."""
+  ours = tuple(ag_config.DoNotConvert(m) for m in ("vectorize", "converters"))
+  ag_config.CONVERSION_RULES = ours + tuple(ag_config.CONVERSION_RULES)
+
+
+_exclude_from_autograph()
 
 _EAGER_CACHE_SIZE = 64
 _eager_cache = collections.OrderedDict()
@@ -208,7 +221,6 @@ def _wants_config(loop_fn):
     return False
 
 
-@tf.autograph.experimental.do_not_convert
 def _flat_outputs(structure, where):
   """Flattens loop_fn's outputs to tensors, with a clear error for anything else."""
   paths_and_leaves = nest.flatten_with_joined_string_paths(structure)
@@ -230,12 +242,19 @@ def _flat_outputs(structure, where):
   return tensors
 
 
+def autograph_like_caller(fn):
+  """`fn` converted by autograph if the caller's context has it on (as TF's pfor and map_fn
+  do): inside a `tf.function`, Python control flow on tensors in `fn` works."""
+  return autograph.tf_convert(fn, ag_ctx.control_status_ctx())
+
+
 class TracedBody:
   """The loop body traced once: its FuncGraph, output structure and pfor_config."""
 
   def __init__(self, loop_fn, name="loop_body"):
     self.config = PForConfig() if _wants_config(loop_fn) else None
     self.structure = None
+    loop_fn = autograph_like_caller(loop_fn)
     where = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
 
     def body(i):
@@ -246,7 +265,7 @@ class TracedBody:
     # Gradients of conditionals taken inside the body pass intermediates as plain tensors
     # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
     with context.temporarily_disable_optionals_in_gradients():
-      self.graph = tf.function(body, autograph=True).get_concrete_function(
+      self.graph = tf.function(body, autograph=False).get_concrete_function(
           tf.TensorSpec([], tf.int32, name="loop_index")).graph
 
   def convert(self, ctx):
@@ -366,6 +385,8 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True):
   if first.shape.rank == 0:
     raise ValueError("vectorized_map's elems must have a leading axis; got a scalar.")
   n = first.shape[0] if first.shape[0] is not None else tf.shape(first)[0]
+
+  fn = autograph_like_caller(fn)
 
   def loop_fn(i):
     return fn(tf.nest.map_structure(lambda e: tf.gather(e, i), elems))

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 import vectorize
 from vectorize import api
-from vectorize import explain as explain_module
-from vectorize.explain import explain
+from vectorize import explanation as explain_module
+from vectorize.explanation import explain
 
 X = tf.constant(np.arange(24, dtype=np.float32).reshape(4, 6))
 W = tf.constant(np.ones([6], np.float32))

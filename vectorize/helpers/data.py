@@ -14,6 +14,8 @@ a Python function per element) fails at apply time with a `ConversionError` sayi
 """
 
 import tensorflow as tf
+from tensorflow.python.autograph.core import ag_ctx
+from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.util import nest
 
 from vectorize import api
@@ -79,9 +81,12 @@ def _name(fn):
 
 
 def _vectorized(fn, fallback):
-  """`fn` over every element of a batch (the batch's structure, tuples as arguments)."""
+  """`fn` over every element of a batch (the batch's structure, tuples as arguments).
 
-  @tf.autograph.experimental.do_not_convert
+  `fn` gets autograph, as `Dataset.map` gives it, so Python control flow on tensors works.
+  """
+  fn = autograph.tf_convert(fn, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
+
   def vectorized_fn(*batch):
     flat = tf.nest.flatten(batch)
     if not flat:

@@ -19,7 +19,6 @@ from vectorize import api
 _DEFAULT_WHILE_PARALLEL_ITERATIONS = 10
 
 
-@tf.autograph.experimental.do_not_convert
 def jacobian(output, inputs, parallel_iterations=None, use_pfor=True):
   """The jacobian of `output` with respect to each of `inputs`, in graph mode.
 
@@ -68,7 +67,6 @@ def jacobian(output, inputs, parallel_iterations=None, use_pfor=True):
   return tf.nest.pack_sequence_as(inputs, results)
 
 
-@tf.autograph.experimental.do_not_convert
 def batch_jacobian(output, inp, parallel_iterations=None, use_pfor=True):
   """Per-example jacobians: d output[b, ...] / d inp[b, ...] for each row b of a batch.
 

@@ -24,7 +24,6 @@ _COMPOSITE_SPECS = (tf.RaggedTensorSpec, tf.SparseTensorSpec)
 
 # Not converted by AutoGraph when a tf.function calls it: this is library code. fn itself is
 # still converted, when pfor traces the body.
-@tf.autograph.experimental.do_not_convert
 def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True, swap_memory=False,
            infer_shape=True, name=None, fn_output_signature=None, *,
            fallback_to_while_loop=True):
@@ -124,9 +123,9 @@ def _as_specs(signature, elems):
       signature)
 
 
-@tf.autograph.experimental.do_not_convert
 def _map_in_graph(fn, elems, signature, fallback):
   """The vectorized map, in the graph being built; returns the signature's structure."""
+  fn = api.autograph_like_caller(fn)
   flat = tf.nest.flatten(elems)
   if not flat:
     raise ValueError(f"map_fn: elems must contain at least one tensor, got {elems!r}.")
@@ -180,7 +179,6 @@ def _leading_dim(flat):
   return flat, n
 
 
-@tf.autograph.experimental.do_not_convert
 def _match_signature(result, specs, where):
   """fn's result as tensors in the signature's structure; raises on a mismatch."""
   try:

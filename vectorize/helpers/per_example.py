@@ -102,7 +102,6 @@ def _batch_size(flat_batch):
   return tf.shape(flat_batch[0])[0]
 
 
-@tf.autograph.experimental.do_not_convert
 def _per_example_in_graph(loss_fn, flat_vars, batch, fallback, parallel_iterations):
   flat_batch = tf.nest.flatten(batch)
   n = _batch_size(flat_batch)
