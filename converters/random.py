@@ -35,17 +35,9 @@ _PHILOX = 1  # the `alg` value of the Philox counter-based generator
 
 # ----------------------------------------------------------------------------- helpers
 
-def _loop_len(op, dtype):
-  """n as a 1-vector of `dtype` (a constant when n is known at trace time)."""
-  if op.ctx.static_n is not None:
-    return tf.constant([op.ctx.static_n], dtype)
-  return tf.cast(tf.reshape(op.ctx.n, [1]), dtype)
-
-
 def _widened_shape(op, i):
   """Invariant shape input i with the loop axis in front: `s -> [n] + s`."""
-  shape = op.invariant(i)
-  return tf.concat([_loop_len(op, shape.dtype), shape], 0)
+  return values.prepend_loop_length(op.invariant(i), op.ctx.n, op.ctx.static_n)
 
 
 def _shape_length(op, i):

@@ -22,17 +22,9 @@ from vectorize.values import Value, stacked
 
 # ----------------------------------------------------------------------------- helpers
 
-def _loop_len(op, dtype=tf.int32):
-  """n as a 1-vector of `dtype` (a constant when n is known at trace time)."""
-  if op.ctx.static_n is not None:
-    return tf.constant([op.ctx.static_n], dtype)
-  return tf.cast(tf.reshape(op.ctx.n, [1]), dtype)
-
-
 def _with_loop_len(op, shape):
   """`s -> [n] + s` for a per-iteration shape vector (numpy value or tensor)."""
-  shape = tf.convert_to_tensor(shape)
-  return tf.concat([_loop_len(op, shape.dtype), shape], 0)
+  return values.prepend_loop_length(shape, op.ctx.n, op.ctx.static_n)
 
 
 def _shifted_axes(op, i):
@@ -179,7 +171,7 @@ def _convert_fill(op):
   """A stacked scalar value: reshape it to `[n, 1, ..., 1]` and broadcast to `[n] + dims`."""
   dims = op.invariant(0)
   value = op.stacked(1)
-  unit = tf.concat([_loop_len(op, dims.dtype), tf.ones_like(dims)], 0)
+  unit = _with_loop_len(op, tf.ones_like(dims))
   return stacked(tf.broadcast_to(tf.reshape(value, unit), _with_loop_len(op, dims)))
 
 

@@ -86,3 +86,23 @@ def random_array(rng, shape, dtype):
   if dtype == tf.string:
     return np.array(rng.choice(["a", "bc", "def"], shape), dtype=object)
   raise ValueError(dtype)
+
+
+def check_against_loop(body, n, mode="function", tol=1e-5):
+  """pfor(body, n) in `mode` equals the sequential loop."""
+  expected = sequential(body, n, output_spec(body))
+  assert_allclose(run_pfor(body, n, mode=mode), expected, tol)
+
+
+def all_ops(graph):
+  """The ops of a graph and of every function in its library."""
+  ops = list(graph.get_operations())
+  for fn in graph._functions.values():  # pylint: disable=protected-access
+    if getattr(fn, "graph", None) is not None:
+      ops.extend(all_ops(fn.graph))
+  return ops
+
+
+def all_op_types(graph):
+  """The op types of a graph and of every function in its library, with repeats."""
+  return [op.type for op in all_ops(graph)]

@@ -75,6 +75,19 @@ def _as_shape_tensor(dims):
   return tf.stack([tf.cast(d, tf.int32) for d in dims])
 
 
+def loop_length_vector(n, static_n=None, dtype=tf.int32):
+  """n as a 1-vector of `dtype`: a constant when n is known at trace time."""
+  if static_n is not None:
+    return tf.constant([static_n], dtype)
+  return tf.cast(tf.reshape(n, [1]), dtype)
+
+
+def prepend_loop_length(shape, n, static_n=None):
+  """`s -> [n] + s` for a per-iteration shape vector (numpy value or tensor)."""
+  shape = tf.convert_to_tensor(shape)
+  return tf.concat([loop_length_vector(n, static_n, shape.dtype), shape], 0)
+
+
 def merge_leading(tensor):
   """`[n, b, ...] -> [n*b, ...]`: folds the loop axis into the next one."""
   shape = dynamic_shape(tensor)

@@ -13,15 +13,6 @@ X = tf.constant(RNG.standard_normal([5, 4]), tf.float32)
 W = tf.constant(RNG.standard_normal([4, 3]), tf.float32)
 
 
-def _all_ops(graph):
-  """Ops of a graph and of every function in its library."""
-  ops = list(graph.get_operations())
-  for fn in graph._functions.values():  # pylint: disable=protected-access
-    if getattr(fn, "graph", None) is not None:
-      ops.extend(_all_ops(fn.graph))
-  return ops
-
-
 def _converted_graph(body, n):
   return tf.function(lambda: vectorize.pfor(body, n, fallback_to_while_loop=False)
                      ).get_concrete_function().graph
@@ -29,7 +20,7 @@ def _converted_graph(body, n):
 
 def test_invariant_weight_gives_one_matmul_and_no_tile():
   graph = _converted_graph(lambda i: tf.matmul(X[i:i + 1], W), 5)
-  ops = _all_ops(graph)
+  ops = testing.all_ops(graph)
   matmuls = [op for op in ops if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3")]
   assert len(matmuls) == 1 and matmuls[0].type == "MatMul"
   assert matmuls[0].inputs[0].shape.as_list() == [5, 4]
@@ -40,7 +31,7 @@ def test_invariant_weight_gives_one_matmul_and_no_tile():
 
 def test_invariant_body_has_no_per_iteration_computation():
   graph = _converted_graph(lambda i: tf.tanh(tf.matmul(X, W)) * 2.0, 5)
-  ops = _all_ops(graph)
+  ops = testing.all_ops(graph)
   tanh = [op for op in ops if op.type == "Tanh"]
   assert len(tanh) == 1 and tanh[0].outputs[0].shape.as_list() == [5, 3]
   # Only the final tiling of the invariant output depends on n.

@@ -1,6 +1,8 @@
 """Conditionals inside the body: invariant and stacked predicates, switch_case, nesting,
 gradients, and the static-shape (XLA) form with no junk leaking from untaken branches."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,19 +13,7 @@ from tests import testing
 RNG = np.random.default_rng(3)
 X = tf.constant(RNG.standard_normal([6, 3]), tf.float32)
 MODES = ["function", "dynamic", "eager", "xla"]
-
-
-def _check(body, n=6, mode="function", tol=1e-5):
-  expected = testing.sequential(body, n, testing.output_spec(body))
-  testing.assert_allclose(testing.run_pfor(body, n, mode=mode), expected, tol)
-
-
-def _all_op_types(graph):
-  types = [op.type for op in graph.get_operations()]
-  for fn in graph._functions.values():  # pylint: disable=protected-access
-    if getattr(fn, "graph", None) is not None:
-      types.extend(_all_op_types(fn.graph))
-  return types
+_check = functools.partial(testing.check_against_loop, n=6)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -39,7 +29,7 @@ def test_invariant_predicate_emits_no_partition_or_stitch():
   graph = tf.function(lambda: vectorize.pfor(
       lambda i: tf.cond(pred, lambda: tf.gather(X, i) * 2.0, lambda: tf.gather(X, i)), 6,
       fallback_to_while_loop=False)).get_concrete_function().graph
-  types = _all_op_types(graph)
+  types = testing.all_op_types(graph)
   assert "DynamicPartition" not in types and "DynamicStitch" not in types
 
 

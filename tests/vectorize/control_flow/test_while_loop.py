@@ -2,6 +2,8 @@
 nested loops, conds inside loops and loops inside conds, gradients, and the static-shape
 (XLA) form."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,19 +15,7 @@ RNG = np.random.default_rng(4)
 X = tf.constant(RNG.standard_normal([6, 3]), tf.float32)
 TRIPS = tf.constant([3, 0, 5, 1, 2, 4])
 MODES = ["function", "dynamic", "eager", "xla"]
-
-
-def _check(body, n=6, mode="function", tol=1e-5):
-  expected = testing.sequential(body, n, testing.output_spec(body))
-  testing.assert_allclose(testing.run_pfor(body, n, mode=mode), expected, tol)
-
-
-def _all_op_types(graph):
-  types = [op.type for op in graph.get_operations()]
-  for fn in graph._functions.values():  # pylint: disable=protected-access
-    if getattr(fn, "graph", None) is not None:
-      types.extend(_all_op_types(fn.graph))
-  return types
+_check = functools.partial(testing.check_against_loop, n=6)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -42,7 +32,7 @@ def test_invariant_condition_runs_no_per_iteration_bookkeeping():
     return tf.while_loop(lambda t, y: t < 4, lambda t, y: (t + 1, y * 0.5), (0, x))[1]
   graph = tf.function(lambda: vectorize.pfor(body, 6, fallback_to_while_loop=False)
                       ).get_concrete_function().graph
-  types = _all_op_types(graph)
+  types = testing.all_op_types(graph)
   for bookkeeping in ("TensorScatterUpdate", "Where", "SelectV2", "DynamicPartition"):
     assert bookkeeping not in types
 

@@ -89,18 +89,9 @@ def test_keras_convnet_equals_the_loop():
   _assert_close(actual, _loop(loss_fn, list(model.trainable_variables), images, LABELS))
 
 
-def test_keras_masked_lstm_unrolled_equals_the_loop():
-  model = _masked_lstm(unroll=True)
-  loss_fn = _classification_loss(model)
-  sequences = _padded_sequences()
-  actual = per_example_gradients(loss_fn, model, sequences, LABELS,
-                                 fallback_to_while_loop=False)
-  _assert_no_fallback()
-  _assert_close(actual, _loop(loss_fn, list(model.trainable_variables), sequences, LABELS))
-
-
-def test_keras_masked_lstm_with_while_loop_equals_the_loop():
-  model = _masked_lstm(unroll=False)
+@pytest.mark.parametrize("unroll", [True, False], ids=["unrolled", "while_loop"])
+def test_keras_masked_lstm_equals_the_loop(unroll):
+  model = _masked_lstm(unroll=unroll)
   loss_fn = _classification_loss(model)
   sequences = _padded_sequences()
   actual = per_example_gradients(loss_fn, model, sequences, LABELS,
