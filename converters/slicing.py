@@ -100,7 +100,12 @@ def _convert_gather_v2(op):
     axis += _rank(op, 0)
   if batch_dims < 0:
     batch_dims += _rank(op, 1)
-  return stacked(_gather(op.value(0), op.value(1), axis, batch_dims, op.ctx.n))
+  params = op.value(0)
+  if (axis == 0 and batch_dims == 0 and not params.stacked and
+      op.ctx.is_loop_index(op.value(1)) and op.ctx.static_n is not None and
+      params.tensor.shape[:1] == [op.ctx.static_n]):
+    return stacked(params.tensor)   # tf.gather(x, i) over all n rows of x: x itself
+  return stacked(_gather(params, op.value(1), axis, batch_dims, op.ctx.n))
 
 
 @register("Gather")

@@ -339,7 +339,7 @@ def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
     if not chunked:
       ctx = Context(n=n, indices=tf.range(n), static_n=static_n,
                     fallback_allowed=fallback, report=report,
-                    static_shapes=_static_shapes_wanted())
+                    static_shapes=_static_shapes_wanted(), indices_are_range=True)
       flat = [stack(v, n) for v in body.convert(ctx)]
     else:
       flat = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback, report)

@@ -58,6 +58,8 @@ class Context:
     reductions: {placeholder op name: PForConfig reduction} for `pfor_config.reduce`.
     static_shapes: convert control flow with static shapes (masks instead of gathers), as
       XLA needs.
+    indices_are_range: `indices` is exactly `range(n)` (the whole loop, not a chunk or a
+      subset), so a gather at the loop index of a tensor with n rows is that tensor.
   """
   n: tf.Tensor
   indices: tf.Tensor
@@ -67,9 +69,14 @@ class Context:
   report: Report = dataclasses.field(default_factory=Report)
   reductions: dict = dataclasses.field(default_factory=dict)
   static_shapes: bool = False
+  indices_are_range: bool = False
+
+  def is_loop_index(self, value):
+    """Whether `value` is this loop's index and that index is `range(n)`."""
+    return self.indices_are_range and value.stacked and value.tensor is self.indices
 
   def subset(self, indices, static_n=None):
     """The context of a branch taken by the iterations `indices` (positions in ours)."""
     return dataclasses.replace(
         self, n=tf.size(indices, out_type=tf.int32), indices=tf.gather(self.indices, indices),
-        static_n=static_n, partitioned=True)
+        static_n=static_n, partitioned=True, indices_are_range=False)

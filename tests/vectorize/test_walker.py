@@ -95,3 +95,14 @@ def test_tape_inside_a_tf_function_sees_the_converted_ops(jit_compile):
     looped = tf.reduce_sum(tf.stack([body(tf.constant(i)) for i in range(5)]) ** 2)
   np.testing.assert_allclose(vectorized_gradient(), tape.gradient(looped, w), rtol=1e-4,
                              atol=1e-5)
+
+
+def test_gather_at_the_loop_index_of_all_rows_is_no_copy():
+  graph = _converted_graph(lambda i: tf.gather(X, i) * 2.0, 5)
+  assert "GatherV2" not in testing.all_op_types(graph)
+  testing.check_against_loop(lambda i: tf.gather(X, i) * 2.0, 5)
+
+
+def test_gather_at_the_loop_index_of_more_rows_than_iterations_still_gathers():
+  testing.check_against_loop(lambda i: tf.gather(X, i) * 2.0, 3)
+  testing.check_against_loop(lambda i: tf.gather(X, i) * 2.0, 4, mode="dynamic")
