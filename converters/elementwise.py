@@ -15,6 +15,7 @@ import functools
 
 import tensorflow as tf
 
+from converters import fusions
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise
@@ -58,7 +59,11 @@ def _register_same_shape(*op_types, scalar_inputs=()):
 
 @register("AddN")
 def _convert_add_n(op):
-  """Sums the stacked and the invariant inputs apart, then adds the two (which broadcasts)."""
+  """Sums the stacked and the invariant inputs apart, then adds the two (which broadcasts);
+  a sum of matrix products becomes one product (see converters/fusions.py)."""
+  fused = fusions.sum_of_matmuls(op)
+  if fused is not None:
+    return fused
   if op.attr("T") == tf.variant:
     raise Unvectorizable("AddN of variant tensors cannot be split into stacked and invariant")
   stacked_terms = [v.tensor for v in op.inputs if v.stacked]

@@ -16,10 +16,11 @@ from vectorize.errors import Unvectorizable
 class OpInput:
   """The op being converted, its converted inputs and the context."""
 
-  def __init__(self, op, inputs, ctx):
+  def __init__(self, op, inputs, ctx, lookup=None):
     self.op = op
     self.inputs = inputs
     self.ctx = ctx
+    self._lookup = lookup
 
   @property
   def type(self):
@@ -57,6 +58,11 @@ class OpInput:
     if value is None:
       raise Unvectorizable(f"input {i} ({self.op.inputs[i].name}) is not known at trace time")
     return np.asarray(value)
+
+  def converted(self, tensor):
+    """The Value of any body tensor converted before this op (for rewrites that look past
+    the op's own inputs), or None."""
+    return self._lookup(tensor) if self._lookup is not None else None
 
   def attr(self, name):
     return self.op.get_attr(name)

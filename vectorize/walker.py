@@ -51,7 +51,8 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
       if op.name in ctx.reductions:
         results = _convert_reduction(op, env, ctx)
       else:
-        results = _convert_op(op, [_lookup(env, t, op) for t in op.inputs], ctx)
+        results = _convert_op(op, [_lookup(env, t, op) for t in op.inputs], ctx,
+                              lambda t: env.get(t.ref()))
     if isinstance(results, tf.Operation):
       emitted[op] = [results]
       continue
@@ -126,7 +127,7 @@ def _convert_reduction(op, env, ctx):
   return [reduction.result(ctx, [_lookup(env, a, op) for a in reduction.args])]
 
 
-def _convert_op(op, inputs, ctx):
+def _convert_op(op, inputs, ctx, lookup=None):
   """Converts one op; returns a list of Values, or an Operation for ops with no outputs."""
   if op.type == "Placeholder":
     raise ConversionError(
@@ -141,7 +142,7 @@ def _convert_op(op, inputs, ctx):
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
-    results = _check_results(op, converter(OpInput(op, inputs, ctx)), ctx)
+    results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup)), ctx)
     outputs_stacked = not isinstance(results, tf.Operation) and any(v.stacked for v in results)
     ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
     return results
