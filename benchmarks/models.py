@@ -147,3 +147,29 @@ def lstm_masked_final_state(params, sequences, lengths):
   _, _, h = tf.while_loop(lambda t, c, h: t < longest, step, (0, zeros, zeros),
                           maximum_iterations=sequences.shape[1])
   return h
+
+
+def vgg_params(channels=(16, 32, 64), image_size=48, outputs=128, seed=0):
+  """A VGG-like convnet: per block two conv3x3 + relu and a maxpool2; then a dense layer."""
+  rng = np.random.default_rng(seed)
+  params, c_in = {}, 3
+  for b, c in enumerate(channels):
+    for k in range(2):
+      params[f"conv{b}_{k}"] = _normal(rng, [3, 3, c_in, c], np.sqrt(2.0 / (9 * c_in)))
+      params[f"bias{b}_{k}"] = _normal(rng, [c], 0.1)
+      c_in = c
+  flat = (image_size // 2 ** len(channels)) ** 2 * c_in
+  params["dense"] = _normal(rng, [flat, outputs], 1.0 / np.sqrt(flat))
+  return params
+
+
+def vgg_outputs(params, images):
+  """images [batch, h, w, 3] -> [batch, outputs]."""
+  x = images
+  num_blocks = sum(k.startswith("conv") for k in params) // 2
+  for b in range(num_blocks):
+    for k in range(2):
+      x = tf.nn.relu(tf.nn.conv2d(x, params[f"conv{b}_{k}"], 1, "SAME") + params[f"bias{b}_{k}"])
+    x = tf.nn.max_pool2d(x, 2, 2, "SAME")
+  x = tf.reshape(x, [tf.shape(x)[0], int(np.prod(x.shape[1:]))])
+  return tf.matmul(x, params["dense"])
