@@ -9,6 +9,8 @@ with per-iteration trip counts) need no loop.
 import tensorflow as tf
 
 from vectorize import lists
+from vectorize import values
+from vectorize.errors import Unvectorizable
 from vectorize.lists import DenseList
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
@@ -90,6 +92,23 @@ def _convert_tensor_list_stack(op):
   if length is None:   # with no iteration, the capacity stands for the length
     length = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
   return stacked(dense.buffer[:, :length])
+
+
+@register("TensorListConcatV2")
+def _convert_tensor_list_concat_v2(op):
+  """The elements joined along their first axis, `[n, length * e0] + rest`, and the
+  per-element lengths (e0 each): elements of a stacked list share one shape."""
+  dense = _dense(op, 0)
+  length = op.output_shape(1)[0]
+  if length is None:
+    length = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
+  items = dense.buffer[:, :length]                      # [n, length, e0] + rest
+  shape = values.dynamic_shape(items)
+  if len(shape) < 3:
+    raise Unvectorizable("concatenating scalar elements")
+  joined = tf.reshape(items, values.shape_vector([shape[0], shape[1] * shape[2]] + shape[3:]))
+  lengths = tf.fill(tf.reshape(length, [1]), tf.cast(shape[2], tf.int64))
+  return [stacked(joined), invariant(lengths)]
 
 
 @register("TensorListFromTensor")

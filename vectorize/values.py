@@ -66,7 +66,7 @@ def dynamic_shape(tensor):
   return [d if d is not None else dynamic[k] for k, d in enumerate(static)]
 
 
-def _as_shape_tensor(dims):
+def shape_vector(dims):
   """Packs a list of ints and scalar tensors into one int32 shape vector."""
   if isinstance(dims, tf.Tensor) and dims.shape.rank == 1:
     return dims
@@ -91,7 +91,7 @@ def prepend_loop_length(shape, n, static_n=None):
 def merge_leading(tensor):
   """`[n, b, ...] -> [n*b, ...]`: folds the loop axis into the next one."""
   shape = dynamic_shape(tensor)
-  return tf.reshape(tensor, _as_shape_tensor([shape[0] * shape[1]] + list(shape[2:])))
+  return tf.reshape(tensor, shape_vector([shape[0] * shape[1]] + list(shape[2:])))
 
 
 def split_leading(tensor, n, b):
@@ -102,7 +102,7 @@ def split_leading(tensor, n, b):
 def reshape_leading(tensor, leading):
   """Replaces the first axis of `tensor` by the dims in `leading` (ints or scalars)."""
   shape = dynamic_shape(tensor)
-  return tf.reshape(tensor, _as_shape_tensor(list(leading) + list(shape[1:])))
+  return tf.reshape(tensor, shape_vector(list(leading) + list(shape[1:])))
 
 
 def expand_after_loop_axis(tensor, num_dims):

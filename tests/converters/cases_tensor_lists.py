@@ -72,3 +72,11 @@ CASES = [
     OpCase("TensorListScatterIntoExistingList", _scatter, [[4, 2], [2, 2], [2]],
            dtypes=[(tf.float32, tf.float32, tf.int32)], make=[None, None, _distinct_pair]),
 ]
+
+
+def _concat(x):
+  lst = list_ops.tensor_list_from_tensor(x, element_shape=[2, 3])
+  return list_ops.tensor_list_concat(lst, x.dtype, element_shape=[2, 3])
+
+
+CASES.append(OpCase("TensorListConcatV2", _concat, [[4, 2, 3]], dtypes=[tf.float32, tf.int32]))

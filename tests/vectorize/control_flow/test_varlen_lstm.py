@@ -28,7 +28,7 @@ def _gradient(i):
                           tf.gather(LABELS, i))
 
 
-@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager", "xla"])
 def test_forward_equals_the_loop(mode):
   testing.assert_allclose(testing.run_pfor(_forward, N, mode=mode),
                           testing.sequential(_forward, N), tol=1e-5)
@@ -39,7 +39,7 @@ def test_forward_equals_hand_batched_masking():
   np.testing.assert_allclose(testing.run_pfor(_forward, N), hand, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["function", "xla"])
+@pytest.mark.parametrize("mode", ["function", "eager", "xla"])
 def test_per_example_gradients_equal_the_loop(mode):
   actual = testing.run_pfor(_gradient, N, mode=mode)
   expected = testing.sequential(_gradient, N)
