@@ -251,7 +251,7 @@ def autograph_like_caller(fn):
 class TracedBody:
   """The loop body traced once: its FuncGraph, output structure and pfor_config."""
 
-  def __init__(self, loop_fn, name="loop_body"):
+  def __init__(self, loop_fn):
     self.config = PForConfig() if _wants_config(loop_fn) else None
     self.structure = None
     loop_fn = autograph_like_caller(loop_fn)
@@ -270,7 +270,6 @@ class TracedBody:
 
   def convert(self, ctx):
     """The body's outputs as Values, for the loop of `ctx`."""
-    index = self.graph.inputs[0]
     captured = {internal.ref(): external for external, internal in self.graph.captures}
     inputs = [stacked(ctx.indices)]
     for t in self.graph.inputs[1:]:
@@ -279,7 +278,6 @@ class TracedBody:
         raise ValueError(f"Input {t.name} of the traced body is neither the loop index nor "
                          "a captured tensor.")
       inputs.append(invariant(_capture(external)))
-    del index
     if self.config is not None:
       ctx.reductions = self.config.reductions
     outputs, _ = walker.convert_graph(self.graph, inputs, ctx)
