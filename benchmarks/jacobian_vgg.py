@@ -59,14 +59,9 @@ def main(argv):
   params = models.vgg_params(outputs=FLAGS.outputs)
   image = tf.constant(np.random.default_rng(0).standard_normal([48, 48, 3]), tf.float32)
   forms = build_forms(params, image)
-  reference = forms["hand-batched"]()
-  for name, fn in forms.items():
-    print(f"{name}: max rel error {timing.max_rel_error(fn(), reference):.1e}")
-  results = timing.compare(forms, rounds=FLAGS.rounds, baseline="hand-batched")
-  print(f"Jacobian of a VGG-like convnet, 48x48x3 input, {FLAGS.outputs} outputs")
-  for name, r in results.items():
-    print(f"{name:<22}{r['ms']:>9.1f} ms{r['ratio']:>8.2f}x hand-batched")
-
+  timing.report_against(
+      forms, f"Jacobian of a VGG-like convnet, 48x48x3 input, {FLAGS.outputs} outputs",
+      "hand-batched", FLAGS.rounds)
 
 if __name__ == "__main__":
   app.run(main)

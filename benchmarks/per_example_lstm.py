@@ -84,17 +84,9 @@ def main(argv):
   sequences = tf.constant(rng.standard_normal([FLAGS.batch, FLAGS.steps, 128]), tf.float32)
   labels = tf.constant(rng.integers(0, 10, [FLAGS.batch]), tf.int32)
   forms = build_forms(params, sequences, labels)
-  reference = forms["hand-batched"]()
-  for name, fn in forms.items():
-    out = fn()
-    error = timing.max_rel_error([out[k] for k in sorted(params)],
-                                 [reference[k] for k in sorted(params)])
-    print(f"{name}: max rel error {error:.1e}")
-  results = timing.compare(forms, rounds=FLAGS.rounds, baseline="hand-batched")
-  print(f"Per-example LSTM gradients, batch {FLAGS.batch}, {FLAGS.steps} steps")
-  for name, r in results.items():
-    print(f"{name:<20}{r['ms']:>9.1f} ms{r['ratio']:>8.2f}x hand-batched")
-
+  timing.report_against(
+      forms, f"Per-example LSTM gradients, batch {FLAGS.batch}, {FLAGS.steps} steps",
+      "hand-batched", FLAGS.rounds)
 
 if __name__ == "__main__":
   app.run(main)

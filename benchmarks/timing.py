@@ -53,6 +53,18 @@ def compare(forms, rounds=7, calls_per_round=3, baseline=None):
   return results
 
 
+def report_against(forms, title, baseline, rounds):
+  """Checks every form's output against `baseline`'s, times them, prints a small table."""
+  reference = forms[baseline]()
+  for name, fn in forms.items():
+    print(f"{name}: max rel error {max_rel_error(fn(), reference):.1e}")
+  results = compare(forms, rounds=rounds, baseline=baseline)
+  print(title)
+  for name, r in results.items():
+    print(f"{name:<24}{r['ms']:>9.1f} ms{r['ratio']:>8.2f}x {baseline}")
+  return results
+
+
 def max_abs_error(actual, expected):
   errors = [np.max(np.abs(np.asarray(a) - np.asarray(e))) if np.size(e) else 0.0
             for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected))]
