@@ -1,0 +1,86 @@
+"""Measures one workload at one batch size: every form plain and under XLA, checked against
+hand-batched, then timed in interleaved rounds."""
+
+import gc
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks import timing
+from benchmarks import workload as wl
+
+XLA = " (XLA)"
+# First calls run in this order: hand-batched warms the runtime for the rest, and the loop
+# (which traces the per-example code too) warms autograph's cache of the user's functions
+# for both pfor forms, so neither pays for transpiling it alone.
+_FIRST_CALL_ORDER = (wl.HAND, wl.LOOP, wl.VECTORIZE, wl.TF_PFOR)
+
+
+def functions(workload, batch, xla):
+  """{label: tf.function} of every form, plain and (if `xla`) compiled, in first-call order."""
+  plain = workload.build(batch, False)
+  compiled = workload.build(batch, True) if workload.compiles_inside else plain
+  fns = {}
+  for form in _FIRST_CALL_ORDER:
+    fns[form] = tf.function(plain[form])
+  if xla:
+    for form in _FIRST_CALL_ORDER:
+      fns[form + XLA] = (tf.function(compiled[form]) if workload.compiles_inside else
+                         tf.function(compiled[form], jit_compile=True))
+  return fns
+
+
+def _first_line(error):
+  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+  return f"{type(error).__name__}: {lines[0][:160] if lines else ''}"
+
+
+def measure(workload, batch, xla=True, num_rounds=5, tolerance=1e-3):
+  """{label: record} for each form at this batch size.
+
+  A record holds `status` ("ok", "fails" or "wrong"), and for working forms `ms` (median
+  steady-state milliseconds per call), `first_s` (the first call: tracing, conversion,
+  compilation and a run), `conversion_s` (first call minus a steady call), `ops` (in the
+  traced graph, nested functions included), `error` (max relative error against
+  hand-batched) and `times` (seconds per round, for ratios within rounds).
+  """
+  fns = functions(workload, batch, xla)
+  records, outputs = {}, {}
+  for label, fn in fns.items():
+    gc.collect()   # a collection pause belongs to no form
+    try:
+      first = timing.seconds(fn)
+      outputs[label] = timing.run(fn)
+      records[label] = {"status": "ok", "first_s": first, "ops": timing.count_ops(fn)}
+    except Exception as e:  # pylint: disable=broad-except
+      records[label] = {"status": "fails", "reason": _first_line(e)}
+  if wl.HAND not in outputs:
+    raise RuntimeError(f"{workload.name}: the hand-batched form fails: "
+                       f"{records[wl.HAND]['reason']}")
+  for label, out in outputs.items():
+    try:
+      error = timing.max_rel_error(out, outputs[wl.HAND])
+    except ValueError as e:
+      error = float("inf")
+      records[label]["reason"] = str(e)
+    records[label]["error"] = error
+    if not error <= tolerance:
+      records[label]["status"] = "wrong"
+      records[label].setdefault("reason", f"max relative error {error:.1e} > {tolerance:.0e}")
+  working = {label: fns[label] for label, r in records.items() if r["status"] == "ok"}
+  calls = {label: timing.calls_for(timing.seconds(fn)) for label, fn in working.items()}
+  times = timing.rounds(working, num_rounds, calls)
+  for label, t in times.items():
+    r = records[label]
+    r["times"] = t
+    r["ms"] = 1e3 * float(np.median(t))
+    r["conversion_s"] = r["first_s"] - r["ms"] / 1e3
+  return records
+
+
+def ratio(records, label, baseline):
+  """Median within-round time ratio of two working forms, or None."""
+  a, b = records.get(label, {}), records.get(baseline, {})
+  if "times" not in a or "times" not in b:
+    return None
+  return timing.median_ratio(a["times"], b["times"])

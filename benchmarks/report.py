@@ -1,0 +1,155 @@
+"""The suite's results as JSON, a markdown table with the targets, and plots."""
+
+import json
+import os
+
+import numpy as np
+
+from benchmarks import measure
+from benchmarks import timing
+from benchmarks import workload as wl
+
+TARGET_BATCH = 128
+# vectorize / hand-batched: geometric mean over workloads, and each workload; vectorize /
+# TF's pfor on each workload; vectorize's conversion / TF's.
+TARGETS = {"hand_geomean": 1.10, "hand_each": 1.25, "tf_each": 1.05, "conversion": 0.5}
+
+V, H, T = wl.VECTORIZE, wl.HAND, wl.TF_PFOR
+VX, HX, TX = (f + measure.XLA for f in (V, H, T))
+
+
+def target_batch(entry):
+  sizes = sorted(int(b) for b in entry["batches"])
+  return TARGET_BATCH if TARGET_BATCH in sizes else sizes[-1]
+
+
+def target_row(entry):
+  """The target ratios of one workload at its target batch size."""
+  records = entry["batches"][str(target_batch(entry))]
+  conv = [records.get(f, {}).get("conversion_s") for f in (V, T)]
+  return {
+      "batch": target_batch(entry),
+      "hand": measure.ratio(records, V, H),
+      "hand_xla": measure.ratio(records, VX, HX),
+      "tf": measure.ratio(records, V, T),
+      "tf_xla": measure.ratio(records, VX, TX),
+      "conversion": conv,
+      "conversion_ratio": conv[0] / conv[1] if None not in conv and conv[1] > 0 else None,
+      "ops": [records.get(f, {}).get("ops") for f in (V, T)],
+      "compiles": records.get(VX, {}).get("status") == "ok" if VX in records else None,
+  }
+
+
+def geomean(values):
+  values = [v for v in values if v is not None]
+  return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def _fmt(value, digits=2, limit=None):
+  if value is None:
+    return "-"
+  text = f"{value:.{digits}f}"
+  if limit is not None:
+    text += " ✓" if value <= limit else " ✗"
+  return text
+
+
+def _cell(record, baseline_times):
+  if record is None:
+    return "-"
+  if record["status"] != "ok":
+    return record["status"]
+  text = f"{record['ms']:.1f}"
+  if baseline_times is not None:
+    text += f" ({timing.median_ratio(record['times'], baseline_times):.2f})"
+  return text
+
+
+def markdown(results):
+  """The results as a markdown document: targets first, then one section per workload."""
+  lines = [f"# Benchmarks on {results['device']}",
+           "",
+           f"TensorFlow {results['tensorflow']}, {results['date']}; "
+           f"`{results['command']}`. Times are medians of {results['rounds']} interleaved "
+           "rounds; ratios are taken within rounds, then their median.",
+           "",
+           f"## Targets (batch {TARGET_BATCH}; for jacobians, {TARGET_BATCH} output rows)",
+           "",
+           "| workload | vectorize / hand | ... under XLA | vectorize / TF pfor | "
+           "... under XLA | conversion s: vectorize / TF (ratio) | ops: vectorize / TF | "
+           "compiles under XLA |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"]
+  rows = []
+  for entry in results["workloads"]:
+    row = target_row(entry)
+    rows.append(row)
+    conv = row["conversion"]
+    conv_text = ("-" if None in conv else
+                 f"{conv[0]:.2f} / {conv[1]:.2f} ({_fmt(row['conversion_ratio'], 2, TARGETS['conversion'])})")
+    ops = " / ".join("-" if o is None else str(o) for o in row["ops"])
+    compiles = {True: "✓", False: "✗", None: "-"}[row["compiles"]]
+    lines.append(
+        f"| {entry['name']} | {_fmt(row['hand'], 2, TARGETS['hand_each'])} | "
+        f"{_fmt(row['hand_xla'], 2, TARGETS['hand_each'])} | "
+        f"{_fmt(row['tf'], 2, TARGETS['tf_each'])} | "
+        f"{_fmt(row['tf_xla'], 2, TARGETS['tf_each'])} | {conv_text} | {ops} | {compiles} |")
+  lines.append(
+      f"| **geometric mean** | {_fmt(geomean(r['hand'] for r in rows), 2, TARGETS['hand_geomean'])} | "
+      f"{_fmt(geomean(r['hand_xla'] for r in rows), 2, TARGETS['hand_geomean'])} | "
+      f"{_fmt(geomean(r['tf'] for r in rows))} | {_fmt(geomean(r['tf_xla'] for r in rows))} "
+      "| | | |")
+  lines += ["",
+            f"Targets: vectorize / hand-batched at most {TARGETS['hand_geomean']} as a "
+            f"geometric mean and {TARGETS['hand_each']} on each workload, with and without "
+            f"XLA; vectorize / TF's pfor at most {TARGETS['tf_each']} on each; conversion "
+            f"(first call minus a steady call) at most {TARGETS['conversion']} of TF's; every "
+            "workload compiles under XLA. \"-\" where a form fails (see below)."]
+  for entry in results["workloads"]:
+    lines += [""] + _workload_section(entry)
+  return "\n".join(lines) + "\n"
+
+
+def _workload_section(entry):
+  batches = sorted(entry["batches"], key=int)
+  labels = list(entry["batches"][batches[0]])
+  lines = [f"## {entry['name']}: {entry['title']}", ""]
+  lines += [f"- {form}: {entry['forms'].get(form, form)}" for form in wl.FORMS]
+  lines += ["", f"ms per call (ratio to hand-batched in the same rounds), by batch size:", "",
+            "| form | " + " | ".join(batches) + " |",
+            "| --- |" + " ---: |" * len(batches)]
+  for label in labels:
+    cells = []
+    for b in batches:
+      records = entry["batches"][b]
+      hand = records.get(H, {}).get("times")
+      cells.append(_cell(records.get(label), hand))
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  b = str(target_batch(entry))
+  lines += ["", f"At batch {b}:", "",
+            f"| form | {entry['unit']}/s | first call s | conversion s | ops | max rel error |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+  for label, r in entry["batches"][b].items():
+    if r["status"] == "fails" or "ms" not in r:
+      lines.append(f"| {label} | {r['status']}: {r.get('reason', '')} | | | | |")
+      continue
+    lines.append(f"| {label} | {int(b) / r['ms'] * 1e3:,.0f} | {r['first_s']:.2f} | "
+                 f"{r['conversion_s']:.2f} | {r['ops']} | {r['error']:.1e} |")
+  return lines
+
+
+def write(results, out_dir, tag):
+  """Writes `<tag>.json`, `<tag>.md` and the plots; returns the markdown path."""
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, f"{tag}.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  path = os.path.join(out_dir, f"{tag}.md")
+  text = markdown(results)
+  try:
+    from benchmarks import plots  # pylint: disable=g-import-not-at-top
+    png = plots.plot(results, os.path.join(out_dir, f"{tag}.png"))
+    text += f"\n![throughput against batch size]({os.path.basename(png)})\n"
+  except ImportError:
+    print("matplotlib is not installed (pip install -e '.[bench]'): no plots.")
+  with open(path, "w") as f:
+    f.write(text)
+  return path

@@ -1,0 +1,112 @@
+"""The benchmark suite: every workload in every form, checked, timed, tabled and plotted.
+
+  python -m benchmarks.run --quick              # about 5 minutes on a 2-core CPU
+  python -m benchmarks.run                      # all batch sizes, more rounds
+  python -m benchmarks.run --suite=linear,convnet --batch_sizes=32,128 --noxla
+
+Writes `<device>.md` (targets first), `<device>.json` and `<device>.png` to --out; a quick run
+writes `<device>-quick.*`. Exits non-zero when a vectorize form fails or gives a wrong result.
+"""
+
+import datetime
+import os
+import platform
+import sys
+import time
+
+from absl import app
+from absl import flags
+import tensorflow as tf
+
+import vectorize
+from benchmarks import measure
+from benchmarks import report
+from benchmarks import workload as wl
+from benchmarks import workloads
+
+flags.DEFINE_bool("quick", False, "fewer batch sizes and rounds (about 5 minutes on 2 cores)")
+flags.DEFINE_list("suite", [], "workloads to run (default: all): " +
+                  ",".join(w.name for w in workloads.ALL))
+flags.DEFINE_list("batch_sizes", [], "batch sizes (output sizes for jacobians) to run, "
+                  "overriding each workload's own")
+flags.DEFINE_bool("xla", True, "also run every form under XLA (jit_compile=True)")
+flags.DEFINE_string("out", os.path.join(os.path.dirname(__file__), "results"),
+                    "directory for the table, JSON and plot")
+flags.DEFINE_integer("rounds", None, "timing rounds (default 3 with --quick, else 7)")
+FLAGS = flags.FLAGS
+
+
+def device():
+  """(description, tag) of the machine the suite runs on."""
+  gpus = tf.config.list_physical_devices("GPU")
+  if gpus:
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return name, "gpu-" + name.lower().replace(" ", "-")
+  cores = os.cpu_count()
+  return f"CPU, {cores} cores ({platform.processor() or platform.machine()})", f"cpu-{cores}core"
+
+
+def _selected():
+  names = {w.name: w for w in workloads.ALL}
+  unknown = [s for s in FLAGS.suite if s not in names]
+  if unknown:
+    raise app.UsageError(f"unknown workloads {unknown}; choose from {sorted(names)}")
+  return [names[s] for s in FLAGS.suite] if FLAGS.suite else list(workloads.ALL)
+
+
+def _warm_up():
+  """Pays the runtime's and both pfors' one-time costs (imports, first kernels) up front."""
+  x = tf.ones([2, 3])
+  for fn in (lambda: tf.vectorized_map(tf.reduce_sum, x),
+             lambda: vectorize.vectorized_map(tf.reduce_sum, x)):
+    tf.function(fn)()
+
+
+def _progress(workload, batch, records, seconds):
+  parts = []
+  for label in (wl.VECTORIZE, wl.VECTORIZE + measure.XLA):
+    r = measure.ratio(records, label, wl.HAND if label == wl.VECTORIZE
+                      else wl.HAND + measure.XLA)
+    if label in records:
+      parts.append(f"{label}/hand {r:.2f}" if r else f"{label} {records[label]['status']}")
+  failing = [f"{l}: {r['status']}" for l, r in records.items() if r["status"] != "ok"]
+  print(f"  {workload.name} batch {batch}: " + ", ".join(parts + failing) +
+        f" ({seconds:.0f} s)", flush=True)
+
+
+def main(argv):
+  del argv
+  description, tag = device()
+  rounds = FLAGS.rounds or (3 if FLAGS.quick else 7)
+  selected = _selected()
+  results = {"device": description, "tensorflow": tf.__version__,
+             "date": datetime.date.today().isoformat(), "rounds": rounds,
+             "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
+             "quick": FLAGS.quick, "workloads": []}
+  _warm_up()
+  start = time.perf_counter()
+  broken = []
+  for k, workload in enumerate(selected):
+    sizes = ([int(b) for b in FLAGS.batch_sizes] or
+             (workload.quick_batch_sizes if FLAGS.quick else workload.batch_sizes))
+    print(f"[{k + 1}/{len(selected)}] {workload.name}: {workload.title}", flush=True)
+    entry = {"name": workload.name, "title": workload.title, "unit": workload.unit,
+             "forms": workload.forms, "batches": {}}
+    for batch in sizes:
+      begin = time.perf_counter()
+      records = measure.measure(workload, batch, FLAGS.xla, rounds)
+      entry["batches"][str(batch)] = records
+      _progress(workload, batch, records, time.perf_counter() - begin)
+      broken += [f"{workload.name} batch {batch} {label}: {r.get('reason')}"
+                 for label, r in records.items()
+                 if label.startswith(wl.VECTORIZE) and r["status"] != "ok"]
+    results["workloads"].append(entry)
+  path = report.write(results, FLAGS.out, tag + ("-quick" if FLAGS.quick else ""))
+  print(f"Done in {time.perf_counter() - start:.0f} s; table: {path}")
+  if broken:
+    print("vectorize failed:\n  " + "\n  ".join(broken))
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

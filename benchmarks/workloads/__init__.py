@@ -1,0 +1,21 @@
+"""The suite's workloads, in the order the runner runs and reports them (the paper's §6)."""
+
+from benchmarks.workloads import convnet
+from benchmarks.workloads import jacobians
+from benchmarks.workloads import linear
+from benchmarks.workloads import mapping
+from benchmarks.workloads import per_example_gradients
+from benchmarks.workloads import varlen_lstm
+
+ALL = (
+    linear.WORKLOAD,
+    convnet.WORKLOAD,
+    varlen_lstm.WORKLOAD,
+    per_example_gradients.CONVNET,
+    per_example_gradients.LSTM,
+    jacobians.VGG,
+    jacobians.LSTM,
+    jacobians.LSTM_BATCH,
+    mapping.MAP_FN,
+    mapping.DATA,
+)

@@ -1,0 +1,34 @@
+"""The paper's variable-length LSTM: each example runs its own `tf.while_loop` to its own
+length (drawn from 1..100); hand-batched runs the batch to the longest length, masked."""
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks import models
+from benchmarks import workload
+
+INPUT, STATE, MAX_LENGTH = 128, 256, 100
+
+
+def build(batch, jit_compile=False):
+  del jit_compile
+  rng = np.random.default_rng(0)
+  params = models.lstm_params(INPUT, STATE)
+  sequences = tf.constant(rng.standard_normal([batch, MAX_LENGTH, INPUT]), tf.float32)
+  lengths = tf.constant(rng.integers(1, MAX_LENGTH + 1, [batch]), tf.int32)
+  return workload.map_forms(
+      lambda e: models.lstm_dynamic_final_state(params, e[0], e[1]), (sequences, lengths),
+      lambda: models.lstm_masked_final_state(params, sequences, lengths),
+      signature=tf.float32)
+
+
+WORKLOAD = workload.Workload(
+    name="varlen_lstm",
+    title=f"LSTM (input {INPUT}, state {STATE}) over sequences of lengths 1..{MAX_LENGTH}, "
+          "each to its own length; final state",
+    unit="sequences",
+    build=build,
+    forms={workload.HAND: "masked to the longest length", workload.LOOP: "tf.map_fn",
+           workload.TF_PFOR: "tf.vectorized_map",
+           workload.VECTORIZE: "vectorize.vectorized_map"},
+)
