@@ -27,7 +27,7 @@ from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.op_input import OpInput
 from vectorize.registry import register
-from vectorize.values import (Value, dynamic_shape, invariant, merge_leading, rank,
+from vectorize.values import (Value, constant, dynamic_shape, invariant, merge_leading, rank,
                               reshape_leading, split_leading, stacked)
 
 
@@ -42,7 +42,7 @@ def _n(op):
 def _vector(dims, dtype=tf.int32):
   """A list of ints and scalar tensors as one 1-D tensor of `dtype`."""
   if all(isinstance(d, (int, np.integer)) for d in dims):
-    return tf.constant([int(d) for d in dims], dtype)
+    return constant([int(d) for d in dims], dtype)
   return tf.stack([tf.cast(d, dtype) for d in dims])
 
 
@@ -275,9 +275,11 @@ def _patches(x, ksize, window):
   """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels (the order of
   a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`).
 
-  Each spatial dim is padded and split into `[q, stride]`, so every tap is a plain slice:
-  strided slices are slow on CPU, and XLA lowers ExtractImagePatches to a convolution with
-  a one-hot filter, prod(ksize)*c times the work.
+  The input is padded, and each strided spatial dim split into `[q, stride]`, so every tap is
+  one plain slice: strided slices are slow on CPU, and XLA lowers ExtractImagePatches to a
+  convolution with a one-hot filter, prod(ksize)*c times the work. The taps are concatenated
+  on the channel axis and the split dims merged back by one reshape at the end (a tap is
+  `[B, o, 1, ...]` there), so a k*k filter costs k*k slices and one concat.
   """
   shape = dynamic_shape(x)
   spatial = _static_ints(shape[1:-1], "the input's spatial size")
@@ -294,17 +296,27 @@ def _patches(x, ksize, window):
       raise Unvectorizable("the convolution's output is empty")
     q = max(-(-(size + before) // s), (kk - 1) * d // s + o)
     pads.append([before, q * s - size - before])
-    split += [q, s]
+    split += [q, s] if s > 1 else [q]
     out.append(o)
-  x = _reshape(tf.pad(x, [[0, 0]] + pads + [[0, 0]]), shape[:1] + split + shape[-1:])
+  if any(p for pair in pads for p in pair):
+    x = tf.pad(x, constant([[0, 0]] + pads + [[0, 0]]))
+  strided = any(s > 1 for s in window.strides)
+  if strided:
+    x = _reshape(x, shape[:1] + split + shape[-1:])
+  size = [-1]
+  for s, o in zip(window.strides, out):
+    size += [o, 1] if s > 1 else [o]
+  size = constant(size + [-1])
   taps = []
   for tap in np.ndindex(*ksize):
-    begin, size = [0], [-1]
-    for t, d, s, o in zip(tap, window.dilations, window.strides, out):
-      begin += [t * d // s, t * d % s]
-      size += [o, 1]
-    taps.append(_reshape(tf.slice(x, begin + [0], size + [-1]), shape[:1] + out + shape[-1:]))
-  return tf.concat(taps, -1)
+    begin = [0]
+    for t, d, s in zip(tap, window.dilations, window.strides):
+      begin += [t * d // s, t * d % s] if s > 1 else [t * d]
+    taps.append(tf.slice(x, constant(begin + [0]), size))
+  patches = tf.concat(taps, -1) if len(taps) > 1 else taps[0]
+  if strided:
+    patches = _reshape(patches, shape[:1] + out + [_prod(ksize) * shape[-1]])
+  return patches
 
 
 def _conv_both_stacked(x, f, window):
@@ -338,7 +350,7 @@ def _dilate(x, axis, stride):
   shape = dynamic_shape(x)
   x = tf.expand_dims(x, axis + 1)
   pads = [[0, 0]] * (axis + 1) + [[0, stride - 1]] + [[0, 0]] * (len(shape) - axis - 1)
-  x = tf.pad(x, pads)
+  x = tf.pad(x, constant(pads))
   return _reshape(x, shape[:axis] + [shape[axis] * stride] + shape[axis + 1:])
 
 
@@ -347,8 +359,11 @@ def _pad_or_crop(x, pads):
   shape = dynamic_shape(x)
   begin = [0] + [max(-lo, 0) for lo, _ in pads] + [0]
   size = [-1] + [d + min(lo, 0) + min(hi, 0) for d, (lo, hi) in zip(shape[1:-1], pads)] + [-1]
-  x = tf.slice(x, begin, size)
-  return tf.pad(x, [[0, 0]] + [[max(lo, 0), max(hi, 0)] for lo, hi in pads] + [[0, 0]])
+  if any(lo < 0 or hi < 0 for lo, hi in pads):
+    x = tf.slice(x, _vector(begin), _vector(size))
+  if any(lo > 0 or hi > 0 for lo, hi in pads):
+    x = tf.pad(x, constant([[0, 0]] + [[max(lo, 0), max(hi, 0)] for lo, hi in pads] + [[0, 0]]))
+  return x
 
 
 def _pad_before(window, k, size, out, ksize):

@@ -68,7 +68,7 @@ def _with_loop_dim(n, shape):
 def _as_vector(items, dtype):
   """Packs ints and scalar tensors into a vector of `dtype`."""
   if all(isinstance(v, (int, np.integer)) for v in items):
-    return tf.constant([int(v) for v in items], dtype)
+    return values.constant([int(v) for v in items], dtype)
   return tf.stack([tf.cast(v, dtype) for v in items])
 
 
@@ -411,7 +411,7 @@ def _shifted_masks(op):
 
 
 def _prepend(vector, value):
-  return tf.concat([tf.constant([value], vector.dtype), vector], 0)
+  return tf.concat([values.constant([value], vector.dtype), vector], 0)
 
 
 @register("StridedSlice")

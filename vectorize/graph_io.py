@@ -7,8 +7,13 @@ in a depth-first post-order over data and control edges, which is topological ev
 control edge was added after its target was created.
 """
 
+import weakref
+
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.core.framework import tensor_pb2
+from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops as tf_ops
 
@@ -99,6 +104,44 @@ def _record_on_tapes(op):
   for name in op.node_def.attr:
     attrs.extend([name, op.get_attr(name)])
   execute.record_gradient(op.type, list(op.inputs), tuple(attrs), list(op.outputs))
+
+
+# graph -> {(dtype, shape, bytes): weak ref to the Const tensor}; weak both ways, since a
+# tensor holds its graph.
+_constants = weakref.WeakKeyDictionary()
+_CACHED_CONSTANT_SIZE = 64
+
+
+def constant(value, dtype=tf.int32):
+  """A Const of a small value (shape vectors, slice bounds) in the current graph.
+
+  Conversions emit many identical small constants, and each costs about a millisecond through
+  `tf.constant`; here they are built from a hand-made proto and shared per graph. Shared ones
+  are created outside any control-dependency scope, so reusing one adds no ordering; outside
+  a TF1 control-flow context only, where sharing across contexts would be invalid.
+  """
+  graph = tf_ops.get_default_graph()
+  array = np.asarray(value, dtype.as_numpy_dtype)
+  if (tf.executing_eagerly() or array.size > _CACHED_CONSTANT_SIZE or
+      dtype not in (tf.int32, tf.int64) or
+      graph._get_control_flow_context() is not None):  # pylint: disable=protected-access
+    return tf.constant(array, dtype)
+  key = (dtype, array.shape, array.tobytes())
+  cache = _constants.setdefault(graph, {})
+  ref = cache.get(key)
+  tensor = ref() if ref is not None else None
+  if tensor is None:
+    proto = tensor_pb2.TensorProto(
+        dtype=dtype.as_datatype_enum, tensor_content=array.tobytes(),
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in array.shape]))
+    attrs = {"value": attr_value_pb2.AttrValue(tensor=proto),
+             "dtype": attr_value_pb2.AttrValue(type=dtype.as_datatype_enum)}
+    with graph.control_dependencies(None):
+      tensor = graph._create_op_internal(  # pylint: disable=protected-access
+          "Const", [], [dtype], attrs=attrs, name="Const").outputs[0]
+    cache[key] = weakref.ref(tensor)
+  return tensor
 
 
 def copy_op(op, inputs):

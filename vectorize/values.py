@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from vectorize import lists
+from vectorize.graph_io import constant
 from vectorize.errors import Unvectorizable
 
 
@@ -71,14 +72,14 @@ def shape_vector(dims):
   if isinstance(dims, tf.Tensor) and dims.shape.rank == 1:
     return dims
   if all(isinstance(d, int) for d in dims):
-    return tf.constant(dims, tf.int32)
+    return constant(dims, tf.int32)
   return tf.stack([tf.cast(d, tf.int32) for d in dims])
 
 
 def loop_length_vector(n, static_n=None, dtype=tf.int32):
   """n as a 1-vector of `dtype`: a constant when n is known at trace time."""
   if static_n is not None:
-    return tf.constant([static_n], dtype)
+    return constant([static_n], dtype)
   return tf.cast(tf.reshape(n, [1]), dtype)
 
 
@@ -139,7 +140,7 @@ def shift_axis(axis):
     static = tf.get_static_value(axis)
     if static is None:
       return tf.where(axis >= 0, axis + 1, axis)
-    return tf.constant(shift_axis(static), axis.dtype)
+    return constant(shift_axis(static), axis.dtype)
   if np.ndim(axis):
     return np.where(np.asarray(axis) >= 0, np.asarray(axis) + 1, axis).astype(
         np.asarray(axis).dtype)
