@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.python.autograph.core import ag_ctx
 from tensorflow.python.autograph.core import config as ag_config
 from tensorflow.python.autograph.impl import api as autograph
+from tensorflow.python.autograph.impl import conversion as ag_conversion
 from tensorflow.python.eager import context
 from tensorflow.python.ops import control_flow_util
 from tensorflow.python.util import nest
@@ -244,8 +245,17 @@ def _flat_outputs(structure, where):
 
 def autograph_like_caller(fn):
   """`fn` converted by autograph if the caller's context has it on (as TF's pfor and map_fn
-  do): inside a `tf.function`, Python control flow on tensors in `fn` works."""
-  return autograph.tf_convert(fn, ag_ctx.control_status_ctx())
+  do): inside a `tf.function`, Python control flow on tensors in `fn` works.
+
+  A user's function is converted with the options `tf.function` uses for it: autograph
+  caches its transpiled code per options, so a body already traced by a `tf.function` is not
+  transpiled again (that took as long as tracing the body itself).
+  """
+  ctx = ag_ctx.control_status_ctx()
+  user_function = ((inspect.isfunction(fn) or inspect.ismethod(fn)) and
+                   not ag_conversion.is_allowlisted(fn))
+  return autograph.tf_convert(fn, ctx, user_requested=(
+      ctx.status == ag_ctx.Status.ENABLED and user_function))
 
 
 class TracedBody:
