@@ -14,18 +14,17 @@ import string
 
 import tensorflow as tf
 
+from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise, register_leading_batch
 from vectorize.registry import register
-from vectorize.values import (constant, dynamic_shape, expand_after_loop_axis, invariant, rank,
+from vectorize.values import (dynamic_shape, expand_after_loop_axis, invariant, rank,
                               stacked)
 
 
 def _reshape(tensor, dims):
   """`tf.reshape` to dims given as ints and scalar tensors (never -1, so n may be 0)."""
-  if all(isinstance(d, int) for d in dims):
-    return tf.reshape(tensor, constant(dims))
-  return tf.reshape(tensor, tf.stack([tf.cast(d, tf.int32) for d in dims]))
+  return values.reshape(tensor, dims)
 
 
 def _dim(tensor, axis):

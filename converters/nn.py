@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from vectorize import graph_io
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.op_input import OpInput
@@ -47,7 +48,7 @@ def _vector(dims, dtype=tf.int32):
 
 
 def _reshape(tensor, dims):
-  return tf.reshape(tensor, _vector(dims))
+  return graph_io.reshape(tensor, _vector(dims))
 
 
 def _prod(dims):
@@ -66,7 +67,7 @@ def _pack(tensor, axis):
   r = rank(tensor) - 1
   axis %= r
   perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, r + 1))
-  moved = tf.transpose(tensor, perm)
+  moved = graph_io.transpose(tensor, perm)
   shape = dynamic_shape(moved)
   return _reshape(moved, shape[:axis] + [shape[axis] * shape[axis + 1]] + shape[axis + 2:])
 
@@ -77,7 +78,7 @@ def _unpack(tensor, axis, n, size):
   axis %= r
   shape = dynamic_shape(tensor)
   split = _reshape(tensor, shape[:axis] + [n, size] + shape[axis + 1:])
-  return tf.transpose(split, [axis] + [a for a in range(r + 1) if a != axis])
+  return graph_io.transpose(split, [axis] + [a for a in range(r + 1) if a != axis])
 
 
 def _to_channels_last(tensor, is_stacked):
@@ -299,7 +300,7 @@ def _patches(x, ksize, window):
     split += [q, s] if s > 1 else [q]
     out.append(o)
   if any(p for pair in pads for p in pair):
-    x = tf.pad(x, constant([[0, 0]] + pads + [[0, 0]]))
+    x = graph_io.pad(x, [[0, 0]] + pads + [[0, 0]])
   strided = any(s > 1 for s in window.strides)
   if strided:
     x = _reshape(x, shape[:1] + split + shape[-1:])
@@ -312,8 +313,8 @@ def _patches(x, ksize, window):
     begin = [0]
     for t, d, s in zip(tap, window.dilations, window.strides):
       begin += [t * d // s, t * d % s] if s > 1 else [t * d]
-    taps.append(tf.slice(x, constant(begin + [0]), size))
-  patches = tf.concat(taps, -1) if len(taps) > 1 else taps[0]
+    taps.append(graph_io.slice_(x, begin + [0], size))
+  patches = graph_io.concat(taps, -1)
   if strided:
     patches = _reshape(patches, shape[:1] + out + [_prod(ksize) * shape[-1]])
   return patches
@@ -350,7 +351,7 @@ def _dilate(x, axis, stride):
   shape = dynamic_shape(x)
   x = tf.expand_dims(x, axis + 1)
   pads = [[0, 0]] * (axis + 1) + [[0, stride - 1]] + [[0, 0]] * (len(shape) - axis - 1)
-  x = tf.pad(x, constant(pads))
+  x = graph_io.pad(x, pads)
   return _reshape(x, shape[:axis] + [shape[axis] * stride] + shape[axis + 1:])
 
 
@@ -360,9 +361,9 @@ def _pad_or_crop(x, pads):
   begin = [0] + [max(-lo, 0) for lo, _ in pads] + [0]
   size = [-1] + [d + min(lo, 0) + min(hi, 0) for d, (lo, hi) in zip(shape[1:-1], pads)] + [-1]
   if any(lo < 0 or hi < 0 for lo, hi in pads):
-    x = tf.slice(x, _vector(begin), _vector(size))
+    x = graph_io.slice_(x, _vector(begin), _vector(size))
   if any(lo > 0 or hi > 0 for lo, hi in pads):
-    x = tf.pad(x, constant([[0, 0]] + [[max(lo, 0), max(hi, 0)] for lo, hi in pads] + [[0, 0]]))
+    x = graph_io.pad(x, [[0, 0]] + [[max(lo, 0), max(hi, 0)] for lo, hi in pads] + [[0, 0]])
   return x
 
 

@@ -144,6 +144,63 @@ def constant(value, dtype=tf.int32):
   return tensor
 
 
+def _type(dtype):
+  return attr_value_pb2.AttrValue(type=dtype.as_datatype_enum)
+
+
+def _int(value):
+  return attr_value_pb2.AttrValue(i=value)
+
+
+def _index_input(value):
+  """An int32/int64 index input: a tensor as is, ints (or nested lists) as a shared Const."""
+  if isinstance(value, (tf.Tensor, tf.Variable)):
+    return tf.convert_to_tensor(value)
+  return constant(value, tf.int32)
+
+
+# Thin constructors for the ops conversions emit most (reshapes, slices, concats, pads,
+# transposes, packs): they skip TF's Python op layer (op-def matching, and a Const per list
+# argument), which costs several times the op creation itself.
+
+def reshape(tensor, shape):
+  shape = _index_input(shape)
+  return emit("Reshape", [tensor, shape], {"T": _type(tensor.dtype),
+                                           "Tshape": _type(shape.dtype)}).outputs[0]
+
+
+def slice_(tensor, begin, size):
+  begin, size = _index_input(begin), _index_input(size)
+  return emit("Slice", [tensor, begin, size], {"T": _type(tensor.dtype),
+                                               "Index": _type(begin.dtype)}).outputs[0]
+
+
+def concat(tensors, axis):
+  if len(tensors) == 1:
+    return tensors[0]
+  axis = _index_input(axis)
+  return emit("ConcatV2", list(tensors) + [axis],
+              {"N": _int(len(tensors)), "T": _type(tensors[0].dtype),
+               "Tidx": _type(axis.dtype)}).outputs[0]
+
+
+def pad(tensor, paddings):
+  paddings = _index_input(paddings)
+  return emit("Pad", [tensor, paddings], {"T": _type(tensor.dtype),
+                                          "Tpaddings": _type(paddings.dtype)}).outputs[0]
+
+
+def transpose(tensor, perm):
+  perm = _index_input(perm)
+  return emit("Transpose", [tensor, perm], {"T": _type(tensor.dtype),
+                                            "Tperm": _type(perm.dtype)}).outputs[0]
+
+
+def pack(tensors, axis=0):
+  return emit("Pack", list(tensors), {"N": _int(len(tensors)), "T": _type(tensors[0].dtype),
+                                      "axis": _int(axis)}).outputs[0]
+
+
 def copy_op(op, inputs):
   """Re-emits `op` unchanged on new inputs; returns the new operation."""
   return emit(op.type, inputs, attrs_of(op), op.graph, name=op.name)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from vectorize import graph_io
 from vectorize import lists
 from vectorize.graph_io import constant
 from vectorize.errors import Unvectorizable
@@ -71,9 +72,16 @@ def shape_vector(dims):
   """Packs a list of ints and scalar tensors into one int32 shape vector."""
   if isinstance(dims, tf.Tensor) and dims.shape.rank == 1:
     return dims
-  if all(isinstance(d, int) for d in dims):
-    return constant(dims, tf.int32)
-  return tf.stack([tf.cast(d, tf.int32) for d in dims])
+  if all(isinstance(d, (int, np.integer)) for d in dims):
+    return constant([int(d) for d in dims], tf.int32)
+  return graph_io.pack([constant(int(d)) if isinstance(d, (int, np.integer))
+                        else tf.cast(d, tf.int32) for d in dims])
+
+
+def reshape(tensor, dims):
+  """`tf.reshape` to `dims`, a list of ints and scalar tensors or a shape vector (never -1
+  where n is involved: n may be 0)."""
+  return graph_io.reshape(tensor, shape_vector(dims))
 
 
 def loop_length_vector(n, static_n=None, dtype=tf.int32):
@@ -86,13 +94,13 @@ def loop_length_vector(n, static_n=None, dtype=tf.int32):
 def prepend_loop_length(shape, n, static_n=None):
   """`s -> [n] + s` for a per-iteration shape vector (numpy value or tensor)."""
   shape = tf.convert_to_tensor(shape)
-  return tf.concat([loop_length_vector(n, static_n, shape.dtype), shape], 0)
+  return graph_io.concat([loop_length_vector(n, static_n, shape.dtype), shape], 0)
 
 
 def merge_leading(tensor):
   """`[n, b, ...] -> [n*b, ...]`: folds the loop axis into the next one."""
   shape = dynamic_shape(tensor)
-  return tf.reshape(tensor, shape_vector([shape[0] * shape[1]] + list(shape[2:])))
+  return reshape(tensor, [shape[0] * shape[1]] + list(shape[2:]))
 
 
 def split_leading(tensor, n, b):
@@ -103,7 +111,7 @@ def split_leading(tensor, n, b):
 def reshape_leading(tensor, leading):
   """Replaces the first axis of `tensor` by the dims in `leading` (ints or scalars)."""
   shape = dynamic_shape(tensor)
-  return tf.reshape(tensor, shape_vector(list(leading) + list(shape[1:])))
+  return reshape(tensor, list(leading) + list(shape[1:]))
 
 
 def expand_after_loop_axis(tensor, num_dims):
