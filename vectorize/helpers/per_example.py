@@ -5,8 +5,10 @@
 runs the forward and backward pass for that one example, and the walker turns the whole
 thing into one batched forward and backward pass that keeps the per-example gradients
 apart (a matmul's weight gradient becomes a batched matmul, not a sum over the batch).
-The conversion is traced once into a `tf.function` cached per (loss_fn, variables), so
-repeated eager calls with batches of the same shapes trace nothing.
+In eager mode the conversion is traced once into a `tf.function` cached per (loss_fn,
+variables), so repeated calls with batches of the same shapes trace nothing; inside a
+`tf.function` it is emitted in place, as `pfor` is (a nested function would cost a second
+trace, a function definition and its own instantiation at the first call).
 """
 
 import tensorflow as tf
@@ -59,13 +61,17 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
                      "model has none until it is built: call it once first).")
   if not batch:
     raise ValueError("per_example_gradients needs at least one batch element.")
+  batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+  if not tf.executing_eagerly():
+    return tf.nest.pack_sequence_as(structure, _per_example_in_graph(
+        loss_fn, flat_vars, batch, fallback_to_while_loop, parallel_iterations))
   key = ("per_example_gradients", api._callable_key(loss_fn),  # pylint: disable=protected-access
          tuple(api._Identity(v) for v in flat_vars),  # pylint: disable=protected-access
          fallback_to_while_loop, parallel_iterations)
   graph_fn = api._cached(key, lambda: tf.function(  # pylint: disable=protected-access
       lambda batch: _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
                                           parallel_iterations)))
-  grads = graph_fn(tf.nest.map_structure(tf.convert_to_tensor, batch))
+  grads = graph_fn(batch)
   return tf.nest.pack_sequence_as(structure, grads)
 
 
