@@ -73,12 +73,12 @@ def markdown(results):
            f"`{results['command']}`. Times are medians of {results['rounds']} interleaved "
            "rounds; ratios are taken within rounds, then their median.",
            "",
-           f"## Targets (batch {TARGET_BATCH}; for jacobians, {TARGET_BATCH} output rows)",
+           f"## Targets (at batch {TARGET_BATCH}, or the largest batch run)",
            "",
-           "| workload | vectorize / hand | ... under XLA | vectorize / TF pfor | "
+           "| workload | batch | vectorize / hand | ... under XLA | vectorize / TF pfor | "
            "... under XLA | conversion s: vectorize / TF (ratio) | ops: vectorize / TF | "
            "compiles under XLA |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"]
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"]
   rows = []
   for entry in results["workloads"]:
     row = target_row(entry)
@@ -89,12 +89,12 @@ def markdown(results):
     ops = " / ".join("-" if o is None else str(o) for o in row["ops"])
     compiles = {True: "✓", False: "✗", None: "-"}[row["compiles"]]
     lines.append(
-        f"| {entry['name']} | {_fmt(row['hand'], 2, TARGETS['hand_each'])} | "
+        f"| {entry['name']} | {row['batch']} | {_fmt(row['hand'], 2, TARGETS['hand_each'])} | "
         f"{_fmt(row['hand_xla'], 2, TARGETS['hand_each'])} | "
         f"{_fmt(row['tf'], 2, TARGETS['tf_each'])} | "
         f"{_fmt(row['tf_xla'], 2, TARGETS['tf_each'])} | {conv_text} | {ops} | {compiles} |")
   lines.append(
-      f"| **geometric mean** | {_fmt(geomean(r['hand'] for r in rows), 2, TARGETS['hand_geomean'])} | "
+      f"| **geometric mean** | | {_fmt(geomean(r['hand'] for r in rows), 2, TARGETS['hand_geomean'])} | "
       f"{_fmt(geomean(r['hand_xla'] for r in rows), 2, TARGETS['hand_geomean'])} | "
       f"{_fmt(geomean(r['tf'] for r in rows))} | {_fmt(geomean(r['tf_xla'] for r in rows))} "
       "| | | |")

@@ -14,7 +14,11 @@ import platform
 import sys
 import time
 
-from absl import app
+# Forms that fail (TF's pfor under XLA) make TensorFlow log pages of C++ errors; the table
+# records each failure's first line instead.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
 
@@ -76,6 +80,7 @@ def _progress(workload, batch, records, seconds):
 
 def main(argv):
   del argv
+  tf.get_logger().setLevel("ERROR")   # TF's pfor warns per fallback op
   description, tag = device()
   rounds = FLAGS.rounds or (3 if FLAGS.quick else 7)
   selected = _selected()

@@ -53,12 +53,17 @@ def max_rel_error(actual, expected):
     raise ValueError(f"{len(actual)} outputs where {len(expected)} were expected")
   errors = []
   for a, e in zip(actual, expected):
-    a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
+    a, e = _floats(a), _floats(e)   # float32 stays float32: outputs can be GBs
     if a.shape != e.shape:
       raise ValueError(f"an output has shape {a.shape} where {e.shape} was expected")
     if e.size:
       errors.append(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-12))
   return float(max(errors)) if errors else 0.0
+
+
+def _floats(t):
+  t = np.asarray(t)
+  return t if np.issubdtype(t.dtype, np.floating) else t.astype(np.float64)
 
 
 def count_ops(fn):

@@ -68,7 +68,8 @@ _FORMS = {workload.HAND: "one batched backward pass, then per-example contractio
 CONVNET = workload.Workload(
     name="per_example_convnet",
     title="Per-example gradients of the MNIST convnet (3,274,634 parameters)",
-    unit="examples", build=build_convnet, forms=_FORMS, batch_sizes=(1, 8, 32, 128))
+    unit="examples", build=build_convnet, forms=_FORMS, batch_sizes=(1, 8, 32, 128),
+    quick_batch_sizes=(32,))   # at 128, each form's output alone is 1.7 GB
 
 LSTM = workload.Workload(
     name="per_example_lstm",
