@@ -177,25 +177,32 @@ def _active_set_loop(op, cond_graph, body_graph, init, flags):
 def _masked_loop(op, cond_graph, body_graph, init, flags):
   ctx = op.ctx
   lanes = tf.range(ctx.n)
+  # Stacked variables the body returns unchanged (captured inputs, such as a sequence the
+  # loop reads) keep their value: no select after the body, and one borrowing per step.
+  fixed = [f and _is_passthrough(body_graph, k) for k, f in enumerate(flags)]
 
-  def borrowed(active, state):
+  def sources(active):
     """Inactive lanes take the variables of the first active lane."""
     first_active = tf.reduce_min(tf.where(active, lanes, ctx.n - 1))
-    source = tf.where(active, lanes, first_active)
-    return source, [Value(_gather(t, source), True) if f else Value(t, False)
-                    for t, f in zip(state, flags)]
+    return tf.where(active, lanes, first_active)
+
+  def borrowed(source, state, fixed_values=None):
+    return [fixed_values[k] if fixed_values and fixed[k] else
+            Value(_gather(t, source), True) if f else Value(t, False)
+            for k, (t, f) in enumerate(zip(state, flags))]
 
   def evaluate_cond(source, values):
     pred = walker.convert_graph(cond_graph, values, ctx.subset(source, ctx.static_n))[0][0]
     return stack(pred, ctx.n)
 
   def loop_body(active, *state):
-    source, values = borrowed(active, state)
+    source = sources(active)
+    values = borrowed(source, state)
     new_state = _run_body(body_graph, values, flags, ctx.subset(source, ctx.static_n))
-    state = [tf.nest.map_structure(lambda a, b: select_lanes(active, a, b), new, old) if f
-             else new for new, old, f in zip(new_state, state, flags)]
-    source, values = borrowed(active, state)
-    active = tf.logical_and(active, evaluate_cond(source, values))
+    state = [old if fixed[k] else
+             tf.nest.map_structure(lambda a, b: select_lanes(active, a, b), new, old) if f
+             else new for k, (new, old, f) in enumerate(zip(new_state, state, flags))]
+    active = tf.logical_and(active, evaluate_cond(source, borrowed(source, state, values)))
     return (active,) + tuple(state)
 
   values = [Value(v.tensor, f) for v, f in zip(init, flags)]
