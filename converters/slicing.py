@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 import tensorflow as tf
 
+from vectorize import graph_io
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.registry import register
@@ -411,7 +412,10 @@ def _shifted_masks(op):
 
 
 def _prepend(vector, value):
-  return tf.concat([values.constant([value], vector.dtype), vector], 0)
+  """`[value] + vector`; a constant when the vector is one."""
+  if vector.op.type == "Const":
+    return values.constant([value] + list(tf.get_static_value(vector)), vector.dtype)
+  return graph_io.concat([values.constant([value], vector.dtype), vector], 0)
 
 
 @register("StridedSlice")

@@ -71,16 +71,21 @@ def _accesses(graph, resource):
   """The ops of `graph` that take `resource` (or an Identity of it), in program order."""
   while resource.op.type == "Identity":
     resource = resource.op.inputs[0]
-  aliases = {resource.ref()}
-  found = []
-  for o in graph.get_operations():
-    if not any(t.ref() in aliases for t in o.inputs):
-      continue
-    if o.type == "Identity":
-      aliases.add(o.outputs[0].ref())
-    else:
-      found.append((o, [j for j, t in enumerate(o.inputs) if t.ref() in aliases]))
-  return found
+  # Follows consumers rather than scanning the graph: a body reading many variables would
+  # otherwise cost (reads x ops).
+  aliases, users, frontier = {resource.ref()}, {}, [resource]
+  while frontier:
+    for o in frontier.pop().consumers():
+      if o.graph is not graph:
+        continue
+      if o.type == "Identity":
+        if o.outputs[0].ref() not in aliases:
+          aliases.add(o.outputs[0].ref())
+          frontier.append(o.outputs[0])
+      else:
+        users[o._id] = o  # pylint: disable=protected-access
+  return [(users[k], [j for j, t in enumerate(users[k].inputs) if t.ref() in aliases])
+          for k in sorted(users)]   # ids grow in creation (program) order
 
 
 def _kind(o, positions):

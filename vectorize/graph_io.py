@@ -16,6 +16,7 @@ from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.framework import tensor_util
 
 _DROPPED_ATTRS = ("_class",)
 
@@ -89,12 +90,22 @@ def emit(op_type, inputs, attrs, src_graph=None, name=None):
   graph = tf_ops.get_default_graph()
   if src_graph is not None:
     _copy_functions(attrs, src_graph, graph)
-  inputs = [tf.convert_to_tensor(t) for t in inputs]
+  inputs = [_input(t) for t in inputs]
   op = graph._create_op_internal(  # pylint: disable=protected-access
       op_type, inputs, attrs=attrs, name=_clean_name(name or op_type))
   if op.outputs and execute.must_record_gradient():
     _record_on_tapes(op)
   return op
+
+
+def _input(value):
+  """An op input as a tensor; small integer numpy values (static axes, shapes) as shared
+  constants."""
+  if isinstance(value, tf.Tensor):
+    return value
+  if isinstance(value, (np.ndarray, np.integer)) and value.dtype in (np.int32, np.int64):
+    return constant(value, tf.as_dtype(value.dtype))
+  return tf.convert_to_tensor(value)
 
 
 def _record_on_tapes(op):
@@ -110,6 +121,7 @@ def _record_on_tapes(op):
 # tensor holds its graph.
 _constants = weakref.WeakKeyDictionary()
 _CACHED_CONSTANT_SIZE = 64
+_SHARED_DTYPES = (tf.int32.as_datatype_enum, tf.int64.as_datatype_enum)
 
 
 def constant(value, dtype=tf.int32):
@@ -123,7 +135,7 @@ def constant(value, dtype=tf.int32):
   graph = tf_ops.get_default_graph()
   array = np.asarray(value, dtype.as_numpy_dtype)
   if (tf.executing_eagerly() or array.size > _CACHED_CONSTANT_SIZE or
-      dtype not in (tf.int32, tf.int64) or
+      dtype.as_datatype_enum not in _SHARED_DTYPES or
       graph._get_control_flow_context() is not None):  # pylint: disable=protected-access
     return tf.constant(array, dtype)
   key = (dtype, array.shape, array.tobytes())
@@ -142,6 +154,20 @@ def constant(value, dtype=tf.int32):
           "Const", [], [dtype], attrs=attrs, name="Const").outputs[0]
     cache[key] = weakref.ref(tensor)
   return tensor
+
+
+def copy_small_constant(op):
+  """The value of Const `op` as a shared `constant`, if it is a small integer one, else None.
+  (Bodies repeat shape and axis constants: an unrolled loop has one set per step.)"""
+  proto = op.get_attr("value")
+  if proto.dtype not in _SHARED_DTYPES:
+    return None
+  num = 1
+  for d in proto.tensor_shape.dim:
+    num *= d.size
+  if num > _CACHED_CONSTANT_SIZE:
+    return None
+  return constant(tensor_util.MakeNdarray(proto), tf.as_dtype(proto.dtype))
 
 
 def _type(dtype):

@@ -93,6 +93,10 @@ def loop_length_vector(n, static_n=None, dtype=tf.int32):
 
 def prepend_loop_length(shape, n, static_n=None):
   """`s -> [n] + s` for a per-iteration shape vector (numpy value or tensor)."""
+  if isinstance(shape, np.ndarray) and shape.dtype in (np.int32, np.int64):
+    if static_n is not None:
+      return constant([static_n] + shape.tolist(), tf.as_dtype(shape.dtype))
+    shape = constant(shape, tf.as_dtype(shape.dtype))
   shape = tf.convert_to_tensor(shape)
   return graph_io.concat([loop_length_vector(n, static_n, shape.dtype), shape], 0)
 

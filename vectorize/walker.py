@@ -136,6 +136,10 @@ def _convert_op(op, inputs, ctx, lookup=None):
   if (not any(v.stacked for v in inputs) and not op._is_stateful and  # pylint: disable=protected-access
       op.type not in _NEVER_COPIED):
     ctx.report.add(op, "invariant")
+    if op.type == "Const" and not op.control_inputs:
+      shared = graph_io.copy_small_constant(op)
+      if shared is not None:
+        return [invariant(shared)]
     new_op = graph_io.copy_op(op, [v.tensor for v in inputs])
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   converter = registry.lookup(op.type)
