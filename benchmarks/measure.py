@@ -32,7 +32,11 @@ def functions(workload, batch, xla):
 
 
 def _first_line(error):
+  """The line of an error that says what went wrong (autograph puts the user's traceback
+  first, and the underlying error last)."""
   lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+  if lines and lines[0] == "in user code:":
+    lines = lines[-1:]
   return f"{type(error).__name__}: {lines[0][:160] if lines else ''}"
 
 

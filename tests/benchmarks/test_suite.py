@@ -1,0 +1,109 @@
+"""The benchmark suite: every workload's forms compute the same thing, and the runner's
+checks, ratios and reports do what they say."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from benchmarks import measure
+from benchmarks import report
+from benchmarks import timing
+from benchmarks import workload as wl
+from benchmarks import workloads
+
+
+@pytest.mark.parametrize("workload", workloads.ALL, ids=lambda w: w.name)
+def test_forms_agree_with_hand_batched(workload):
+  forms = workload.build(2, False)
+  assert set(forms) == set(wl.FORMS)
+  expected = tf.function(forms[wl.HAND])()
+  for form in (wl.VECTORIZE, wl.LOOP, wl.TF_PFOR):
+    actual = tf.function(forms[form])()
+    assert timing.max_rel_error(actual, expected) < 1e-4, form
+
+
+@pytest.mark.parametrize("workload", [w for w in workloads.ALL if w.name in
+                                      ("varlen_lstm", "per_example_lstm", "data_pipeline")],
+                         ids=lambda w: w.name)
+def test_vectorize_under_xla_agrees(workload):
+  forms = workload.build(3, True)
+  expected = tf.function(forms[wl.HAND])()
+  jit = not workload.compiles_inside
+  actual = tf.function(forms[wl.VECTORIZE], jit_compile=jit)()
+  assert timing.max_rel_error(actual, expected) < 1e-4
+
+
+def _toy_build(batch, jit_compile=False):
+  del jit_compile
+  x = tf.range(batch * 3, dtype=tf.float32)
+  x = tf.reshape(x, [batch, 3])
+
+  def broken():
+    raise ValueError("no such op")
+
+  return {wl.HAND: lambda: x * 2.0,
+          wl.VECTORIZE: lambda: x + x,
+          wl.LOOP: lambda: x * 2.0 + 1.0,       # wrong on purpose
+          wl.TF_PFOR: broken}
+
+
+_TOY = wl.Workload(name="toy", title="x times two", unit="rows", build=_toy_build,
+                   forms={wl.LOOP: "off by one"})
+
+
+def test_measure_flags_wrong_and_failing_forms():
+  records = measure.measure(_TOY, 4, xla=True, num_rounds=2)
+  assert records[wl.VECTORIZE]["status"] == "ok"
+  assert records[wl.VECTORIZE + measure.XLA]["status"] == "ok"
+  assert records[wl.LOOP]["status"] == "wrong"
+  assert "relative error" in records[wl.LOOP]["reason"]
+  assert records[wl.TF_PFOR]["status"] == "fails"
+  assert "no such op" in records[wl.TF_PFOR]["reason"]
+  assert len(records[wl.VECTORIZE]["times"]) == 2
+  assert records[wl.VECTORIZE]["ops"] > 0
+  assert measure.ratio(records, wl.VECTORIZE, wl.HAND) > 0
+  assert measure.ratio(records, wl.TF_PFOR, wl.HAND) is None
+
+
+def test_ratios_and_geomean():
+  assert timing.median_ratio([2.0, 4.0, 30.0], [1.0, 1.0, 10.0]) == 3.0
+  assert report.geomean([1.0, 4.0, None]) == pytest.approx(2.0)
+  assert report.geomean([None]) is None
+  with pytest.raises(ValueError, match="shape"):
+    timing.max_rel_error(np.ones([2]), np.ones([3]))
+  assert timing.max_rel_error([np.array([1.0, 2.1])], [np.array([1.0, 2.0])]) == (
+      pytest.approx(0.05))
+
+
+def _record(ms, status="ok", conversion=0.1, ops=10):
+  return {"status": status, "ms": ms, "times": [ms / 1e3] * 3, "first_s": conversion + ms / 1e3,
+          "conversion_s": conversion, "ops": ops, "error": 0.0}
+
+
+def test_report_states_targets(tmp_path):
+  records = {wl.HAND: _record(10.0), wl.VECTORIZE: _record(11.0, conversion=0.1),
+             wl.LOOP: _record(50.0), wl.TF_PFOR: _record(10.0, conversion=0.4),
+             wl.HAND + measure.XLA: _record(10.0), wl.VECTORIZE + measure.XLA: _record(14.0),
+             wl.TF_PFOR + measure.XLA: {"status": "fails", "reason": "unsupported op"},
+             wl.LOOP + measure.XLA: _record(40.0)}
+  results = {"device": "test CPU", "tensorflow": tf.__version__, "date": "today", "rounds": 3,
+             "command": "test", "quick": True,
+             "workloads": [{"name": "toy", "title": "toy", "unit": "rows", "forms": {},
+                            "batches": {"128": records}}]}
+  row = report.target_row(results["workloads"][0])
+  assert row["hand"] == pytest.approx(1.1)
+  assert row["hand_xla"] == pytest.approx(1.4)
+  assert row["tf"] == pytest.approx(1.1)
+  assert row["tf_xla"] is None
+  assert row["conversion_ratio"] == pytest.approx(0.25)
+  assert row["compiles"]
+  text = report.markdown(results)
+  assert "| toy | 128 | 1.10 ✓ | 1.40 ✗ | 1.10 ✗ | - | 0.10 / 0.40 (0.25 ✓) | 10 / 10 | ✓ |" in text
+  assert "fails: unsupported op" in text
+  path = report.write(results, str(tmp_path), "test")
+  assert os.path.exists(path)
+  with open(os.path.join(tmp_path, "test.json")) as f:
+    assert json.load(f)["workloads"][0]["name"] == "toy"
