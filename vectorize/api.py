@@ -17,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.autograph.core import ag_ctx
 from tensorflow.python.autograph.core import config as ag_config
+from tensorflow.python.autograph.core import converter as ag_converter
 from tensorflow.python.autograph.impl import api as autograph
-from tensorflow.python.autograph.impl import conversion as ag_conversion
 from tensorflow.python.eager import context
 from tensorflow.python.ops import control_flow_util
 from tensorflow.python.util import nest
@@ -247,15 +247,28 @@ def autograph_like_caller(fn):
   """`fn` converted by autograph if the caller's context has it on (as TF's pfor and map_fn
   do): inside a `tf.function`, Python control flow on tensors in `fn` works.
 
-  A user's function is converted with the options `tf.function` uses for it: autograph
-  caches its transpiled code per options, so a body already traced by a `tf.function` is not
-  transpiled again (that took as long as tracing the body itself).
+  Autograph caches transpiled code per conversion options, and `tf.function` converts with
+  other options than `tf_convert` (which TF's map_fn and pfor use). A body that a
+  `tf.function` already traced is converted with its options, so it is not transpiled again
+  (that costs about as much as tracing the body itself).
   """
   ctx = ag_ctx.control_status_ctx()
-  user_function = ((inspect.isfunction(fn) or inspect.ismethod(fn)) and
-                   not ag_conversion.is_allowlisted(fn))
   return autograph.tf_convert(fn, ctx, user_requested=(
-      ctx.status == ag_ctx.Status.ENABLED and user_function))
+      ctx.status == ag_ctx.Status.ENABLED and _transpiled_by_tf_function(fn)))
+
+
+_TF_FUNCTION_OPTIONS = ag_converter.ConversionOptions(recursive=True, user_requested=True,
+                                                      optional_features=None)
+
+
+def _transpiled_by_tf_function(fn):
+  if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+    return False
+  try:
+    cache = autograph._TRANSPILER._cache  # pylint: disable=protected-access
+    return cache.has(fn, _TF_FUNCTION_OPTIONS)
+  except AttributeError:   # another TF version's internals: just convert as tf_convert does
+    return False
 
 
 class TracedBody:
