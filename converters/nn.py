@@ -98,6 +98,9 @@ def _size_list(op, i):
   """Invariant shape-vector input i, which is also the shape of output 0, as a list of ints
   (where known at trace time) and scalar tensors."""
   t = op.invariant(i)
+  known = op.output_shape(0)
+  if known.is_fully_defined():
+    return known.as_list()
   value = tf.get_static_value(t)
   if value is None:
     value = tf.get_static_value(op.op.inputs[i])

@@ -222,6 +222,18 @@ def transpose(tensor, perm):
                                             "Tperm": _type(perm.dtype)}).outputs[0]
 
 
+def expand_dims(tensor, axis):
+  axis = _index_input(axis)
+  return emit("ExpandDims", [tensor, axis], {"T": _type(tensor.dtype),
+                                             "Tdim": _type(axis.dtype)}).outputs[0]
+
+
+def tile(tensor, multiples):
+  multiples = _index_input(multiples)
+  return emit("Tile", [tensor, multiples], {"T": _type(tensor.dtype),
+                                            "Tmultiples": _type(multiples.dtype)}).outputs[0]
+
+
 def pack(tensors, axis=0):
   return emit("Pack", list(tensors), {"N": _int(len(tensors)), "T": _type(tensors[0].dtype),
                                       "axis": _int(axis)}).outputs[0]

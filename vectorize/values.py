@@ -44,9 +44,16 @@ def stack(value, n):
   t = value.tensor
   if t.dtype == tf.variant:
     return lists.to_dense(t, n)
-  multiples = tf.concat([tf.reshape(n, [1]), tf.ones([tf.rank(t)], tf.int32)], 0) \
-      if t.shape.rank is None else [n] + [1] * t.shape.rank
-  return tf.tile(tf.expand_dims(t, 0), multiples)
+  if t.shape.rank is None:
+    multiples = tf.concat([tf.reshape(n, [1]), tf.ones([tf.rank(t)], tf.int32)], 0)
+    return tf.tile(tf.expand_dims(t, 0), multiples)
+  static_n = tf.get_static_value(n) if isinstance(n, tf.Tensor) and n.op.type == "Const" else n
+  if isinstance(static_n, (int, np.integer, np.ndarray)):
+    multiples = constant([int(static_n)] + [1] * t.shape.rank)
+  else:
+    multiples = graph_io.concat([graph_io.reshape(tf.cast(n, tf.int32), [1]),
+                                 constant([1] * t.shape.rank)], 0)
+  return graph_io.tile(graph_io.expand_dims(t, 0), multiples)
 
 
 def rank(tensor):
