@@ -1,6 +1,7 @@
 """The per-op converters, one module per op family; importing this fills the registry."""
 
 # pylint: disable=unused-import
+from converters import backprop
 from converters import elementwise
 from converters import linalg
 from converters import nn

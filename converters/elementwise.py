@@ -122,14 +122,11 @@ _register_same_shape(
     "LeakyReluGrad",
     "ReciprocalGrad",
     "Relu6Grad",
-    "ReluGrad",
     "RsqrtGrad",
     "SeluGrad",
-    "SigmoidGrad",
     "SoftplusGrad",
     "SoftsignGrad",
     "SqrtGrad",
-    "TanhGrad",
 )
 _register_same_shape("Betainc", scalar_inputs=(0, 1, 2))
 _register_same_shape("ClipByValue", scalar_inputs=(1, 2))

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from converters import backprop
 from vectorize import graph_io
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
@@ -457,7 +458,8 @@ def _convert_conv_backprop_input(op):
   """Invariant filter: fold. Invariant out_backprop: the filters packed into input channels,
   one op. Both stacked: a forward convolution by patches."""
   if not op.is_stacked(1):
-    return _fold(op, (2,), sizes_input=0)
+    return (backprop.conv_input_gradient_as_conv(op) or
+            _fold(op, (2,), sizes_input=0))
   return _unless_empty(op, _conv_backprop_input_with_stacked_filter)
 
 
@@ -669,7 +671,6 @@ register_merge_batch("MaxPool")
 register_merge_batch("MaxPool3D")
 register_merge_batch("MaxPool3DGrad", batch_inputs=(0, 1, 2))
 _register_fold("MaxPool3DGradGrad", batch_inputs=(0, 1, 2), rejects_empty=True)
-register_merge_batch("MaxPoolGrad", batch_inputs=(0, 1, 2))
 register_merge_batch("MaxPoolGradGrad", batch_inputs=(0, 1, 2))
 register_merge_batch("MaxPoolGradGradV2", batch_inputs=(0, 1, 2))
 register_merge_batch("MaxPoolGradV2", batch_inputs=(0, 1, 2))
