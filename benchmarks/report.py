@@ -84,8 +84,8 @@ def markdown(results):
     row = target_row(entry)
     rows.append(row)
     conv = row["conversion"]
-    conv_text = ("-" if None in conv else
-                 f"{conv[0]:.2f} / {conv[1]:.2f} ({_fmt(row['conversion_ratio'], 2, TARGETS['conversion'])})")
+    ratio = _fmt(row["conversion_ratio"], 2, TARGETS["conversion"])
+    conv_text = "-" if None in conv else f"{conv[0]:.2f} / {conv[1]:.2f} ({ratio})"
     ops = " / ".join("-" if o is None else str(o) for o in row["ops"])
     compiles = {True: "✓", False: "✗", None: "-"}[row["compiles"]]
     lines.append(
@@ -93,11 +93,11 @@ def markdown(results):
         f"{_fmt(row['hand_xla'], 2, TARGETS['hand_each'])} | "
         f"{_fmt(row['tf'], 2, TARGETS['tf_each'])} | "
         f"{_fmt(row['tf_xla'], 2, TARGETS['tf_each'])} | {conv_text} | {ops} | {compiles} |")
+  means = {key: geomean(r[key] for r in rows) for key in ("hand", "hand_xla", "tf", "tf_xla")}
   lines.append(
-      f"| **geometric mean** | | {_fmt(geomean(r['hand'] for r in rows), 2, TARGETS['hand_geomean'])} | "
-      f"{_fmt(geomean(r['hand_xla'] for r in rows), 2, TARGETS['hand_geomean'])} | "
-      f"{_fmt(geomean(r['tf'] for r in rows))} | {_fmt(geomean(r['tf_xla'] for r in rows))} "
-      "| | | |")
+      f"| **geometric mean** | | {_fmt(means['hand'], 2, TARGETS['hand_geomean'])} | "
+      f"{_fmt(means['hand_xla'], 2, TARGETS['hand_geomean'])} | "
+      f"{_fmt(means['tf'])} | {_fmt(means['tf_xla'])} | | | |")
   lines += ["",
             f"Targets: vectorize / hand-batched at most {TARGETS['hand_geomean']} as a "
             f"geometric mean and {TARGETS['hand_each']} on each workload, with and without "

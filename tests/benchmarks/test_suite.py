@@ -101,7 +101,8 @@ def test_report_states_targets(tmp_path):
   assert row["conversion_ratio"] == pytest.approx(0.25)
   assert row["compiles"]
   text = report.markdown(results)
-  assert "| toy | 128 | 1.10 ✓ | 1.40 ✗ | 1.10 ✗ | - | 0.10 / 0.40 (0.25 ✓) | 10 / 10 | ✓ |" in text
+  assert ("| toy | 128 | 1.10 ✓ | 1.40 ✗ | 1.10 ✗ | - | 0.10 / 0.40 (0.25 ✓) | 10 / 10 | ✓ |"
+          in text)
   assert "fails: unsupported op" in text
   path = report.write(results, str(tmp_path), "test")
   assert os.path.exists(path)
