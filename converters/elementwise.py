@@ -60,8 +60,9 @@ def _register_same_shape(*op_types, scalar_inputs=()):
 @register("AddN")
 def _convert_add_n(op):
   """Sums the stacked and the invariant inputs apart, then adds the two (which broadcasts);
-  a sum of matrix products becomes one product (see converters/fusions.py)."""
-  fused = fusions.sum_of_matmuls(op)
+  a sum of matrix products becomes one product, a sum of slice gradients one stack (see
+  converters/fusions.py)."""
+  fused = fusions.sum_of_matmuls(op) or fusions.sum_of_slice_gradients(op)
   if fused is not None:
     return fused
   if op.attr("T") == tf.variant:

@@ -1,4 +1,5 @@
-"""Rewrites that look past one op: sums of per-iteration matrix products as one contraction.
+"""Rewrites that look past one op: sums of per-iteration matrix products as one contraction,
+and sums of slice gradients as one stack.
 
 A per-example weight gradient is a sum over uses of the weight (e.g. over the time steps of
 an RNN) of `matmul(a_t, b_t, transpose_a=True)`. Converted one op at a time, each term is its
@@ -9,9 +10,10 @@ AddN converter asks `sum_of_matmuls` first; the per-term matmuls it no longer ne
 dead code, pruned when the graph runs.
 """
 
+import numpy as np
 import tensorflow as tf
 
-from vectorize.values import stacked
+from vectorize.values import stack, stacked
 
 
 def sum_of_matmuls(op):
@@ -30,3 +32,42 @@ def sum_of_matmuls(op):
   a = tf.concat([pair[0].tensor for pair in operands], axis=1 if transpose_a else 2)
   b = tf.concat([pair[1].tensor for pair in operands], axis=2 if transpose_b else 1)
   return stacked(tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
+
+
+def sum_of_slice_gradients(op):
+  """One stack for AddN of StridedSliceGrads that each fill one index of the same axis, all
+  indices once (the gradient of `x[:, t]` for every step t of an unrolled RNN), or None.
+
+  Converted one op at a time, each term is a zero tensor the size of x with one slice set,
+  and the sum reads T of them; the stack writes x once.
+  """
+  producers = [t.op for t in op.op.inputs]
+  if len(producers) < 2 or any(p.type != "StridedSliceGrad" for p in producers):
+    return None
+  first = producers[0]
+  shape = tf.get_static_value(first.inputs[0])
+  masks = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+  if shape is None or any(p.get_attr(m) != first.get_attr(m) for p in producers for m in masks):
+    return None
+  if any(not np.array_equal(tf.get_static_value(p.inputs[0]), shape) for p in producers):
+    return None
+  shrink, full = first.get_attr("shrink_axis_mask"), first.get_attr("begin_mask")
+  if (first.get_attr("ellipsis_mask") or first.get_attr("new_axis_mask") or
+      bin(shrink).count("1") != 1 or first.get_attr("end_mask") != full):
+    return None
+  axis = shrink.bit_length() - 1
+  if full != (1 << axis) - 1:       # every axis before the shrunk one taken whole
+    return None
+  indices = []
+  for p in producers:
+    begin, strides = (tf.get_static_value(p.inputs[k]) for k in (1, 3))
+    if begin is None or strides is None or len(begin) != axis + 1 or any(strides != 1):
+      return None
+    indices.append(int(begin[axis]) % int(shape[axis]))
+  if sorted(indices) != list(range(int(shape[axis]))):
+    return None
+  terms = [op.converted(p.inputs[4]) for p in producers]
+  if any(v is None for v in terms):
+    return None
+  ordered = [stack(terms[indices.index(t)], op.ctx.n) for t in range(len(indices))]
+  return stacked(tf.stack(ordered, axis=axis + 1))

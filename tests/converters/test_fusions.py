@@ -1,4 +1,5 @@
-"""The sum-of-matmuls rewrite (converters/fusions.py) preserves results and fuses."""
+"""The rewrites of converters/fusions.py (sums of matmuls, sums of slice gradients) preserve
+results and fuse."""
 
 import numpy as np
 import pytest
@@ -53,3 +54,50 @@ def test_weight_gradient_of_an_unrolled_rnn_equals_the_loop():
     return tape.gradient(loss, w)
 
   testing.check_against_loop(body, 4)
+
+
+X = tf.constant(RNG.standard_normal([4, 3, 5, 2]), tf.float32)   # [n, a, steps, b]
+
+
+def _slice_gradient_body(take, steps, weights_stacked):
+  """The gradient w.r.t. x of a sum over `steps` of `take(x, t)` weighted per step."""
+  def body(i):
+    x = tf.gather(X, i)
+    scale = tf.cast(i + 1, tf.float32) if weights_stacked else 1.0
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      loss = sum(tf.reduce_sum(tf.sin(take(x, t)) * (t + 1.0) * scale) for t in steps)
+    return tape.gradient(loss, x)
+  return body
+
+
+@pytest.mark.parametrize("take,size", [(lambda x, t: x[:, t], 5), (lambda x, t: x[t], 3),
+                                       (lambda x, t: x[:, :, t], 2)],
+                         ids=["middle-axis", "first-axis", "last-axis"])
+@pytest.mark.parametrize("weights_stacked", [True, False])
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_sum_of_slice_gradients_equals_the_loop(take, size, weights_stacked, mode):
+  body = _slice_gradient_body(take, range(size), weights_stacked)
+  for n in (4, 0):
+    testing.check_against_loop(body, n, mode=mode)
+
+
+@pytest.mark.parametrize("steps", [[0, 2, 4], [0, 1, 2, 3, 4, 4], [4, -2, 2, 1, 0]],
+                         ids=["gaps", "repeated", "negative-and-shuffled"])
+def test_sum_of_slice_gradients_of_other_index_sets_equals_the_loop(steps):
+  testing.check_against_loop(_slice_gradient_body(lambda x, t: x[:, t], steps, True), 4)
+
+
+def _ops_of(body, n):
+  graph = tf.function(lambda: vectorize.pfor(body, n, fallback_to_while_loop=False)
+                      ).get_concrete_function().graph
+  return [op.type for op in testing.all_ops(graph)
+          if any(c.type != "NoOp" for t in op.outputs for c in t.consumers())
+          or op.type == "Pack"]
+
+
+def test_sum_of_slice_gradients_is_one_stack():
+  every_step = _ops_of(_slice_gradient_body(lambda x, t: x[:, t], range(5), True), 4)
+  assert "StridedSliceGrad" not in every_step
+  some_steps = _ops_of(_slice_gradient_body(lambda x, t: x[:, t], [0, 2, 4], True), 4)
+  assert "StridedSliceGrad" in some_steps
