@@ -36,7 +36,7 @@ def rounds(forms, num_rounds, calls):
   return times
 
 
-def calls_for(seconds_per_call, budget=0.05, most=20):
+def calls_for(seconds_per_call, budget=0.1, most=20):
   """Calls per round so that quick forms are timed over about `budget` seconds."""
   return int(max(1, min(most, budget // max(seconds_per_call, 1e-6))))
 
