@@ -189,10 +189,23 @@ def _index_input(value):
 # transposes, packs): they skip TF's Python op layer (op-def matching, and a Const per list
 # argument), which costs several times the op creation itself.
 
-def reshape(tensor, shape):
-  shape = _index_input(shape)
-  return emit("Reshape", [tensor, shape], {"T": _type(tensor.dtype),
-                                           "Tshape": _type(shape.dtype)}).outputs[0]
+def _with_index_input(op_type, index_attr):
+  """A constructor `(tensor, index) -> output` of an op taking a tensor and one int input
+  (a shape, permutation, axis, paddings or multiples) typed by `index_attr`."""
+
+  def build(tensor, index):
+    index = _index_input(index)
+    return emit(op_type, [tensor, index], {"T": _type(tensor.dtype),
+                                           index_attr: _type(index.dtype)}).outputs[0]
+
+  return build
+
+
+reshape = _with_index_input("Reshape", "Tshape")
+pad = _with_index_input("Pad", "Tpaddings")
+transpose = _with_index_input("Transpose", "Tperm")
+expand_dims = _with_index_input("ExpandDims", "Tdim")
+tile = _with_index_input("Tile", "Tmultiples")
 
 
 def slice_(tensor, begin, size):
@@ -208,30 +221,6 @@ def concat(tensors, axis):
   return emit("ConcatV2", list(tensors) + [axis],
               {"N": _int(len(tensors)), "T": _type(tensors[0].dtype),
                "Tidx": _type(axis.dtype)}).outputs[0]
-
-
-def pad(tensor, paddings):
-  paddings = _index_input(paddings)
-  return emit("Pad", [tensor, paddings], {"T": _type(tensor.dtype),
-                                          "Tpaddings": _type(paddings.dtype)}).outputs[0]
-
-
-def transpose(tensor, perm):
-  perm = _index_input(perm)
-  return emit("Transpose", [tensor, perm], {"T": _type(tensor.dtype),
-                                            "Tperm": _type(perm.dtype)}).outputs[0]
-
-
-def expand_dims(tensor, axis):
-  axis = _index_input(axis)
-  return emit("ExpandDims", [tensor, axis], {"T": _type(tensor.dtype),
-                                             "Tdim": _type(axis.dtype)}).outputs[0]
-
-
-def tile(tensor, multiples):
-  multiples = _index_input(multiples)
-  return emit("Tile", [tensor, multiples], {"T": _type(tensor.dtype),
-                                            "Tmultiples": _type(multiples.dtype)}).outputs[0]
 
 
 def pack(tensors, axis=0):
