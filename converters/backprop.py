@@ -11,6 +11,7 @@ by broadcasting. Other stacking patterns re-emit the op on stacked inputs.
 
 import tensorflow as tf
 
+from converters import fusions
 from vectorize import values
 from vectorize.registry import register
 from vectorize.values import stacked
@@ -22,12 +23,13 @@ def _rebuilt(op):
 
 
 def _scaled(op, forward, cotangent, factor_fn):
-  """`cotangent * factor_fn(forward)` when only the cotangent is stacked, else None."""
+  """`cotangent * factor_fn(forward)` when only the cotangent is stacked, else None; a
+  cotangent that is itself a stacked value times invariants is scaled once (fusions.py)."""
   if op.is_stacked(forward) or not op.is_stacked(cotangent):
     return None
-  factor = factor_fn(op.value(forward).tensor)
-  aligned = values.align_ranks([op.value(cotangent), values.Value(factor, False)])
-  return [stacked(aligned[0] * aligned[1])]
+  base, factors = fusions.scaled_base(op, cotangent)
+  factor = values.Value(factor_fn(op.value(forward).tensor), False)
+  return [fusions.scaled(base or op.value(cotangent), factors + [factor])]
 
 
 @register("ReluGrad")

@@ -57,6 +57,13 @@ def _register_same_shape(*op_types, scalar_inputs=()):
   register(*op_types)(convert)
 
 
+@register("Mul")
+def _convert_mul(op):
+  """Broadcasts; a stacked chain of products by invariants multiplies the invariants first
+  (see converters/fusions.py)."""
+  return fusions.product_chain(op) or [stacked(t) for t in op.rebuild(op.align_for_broadcast())]
+
+
 @register("AddN")
 def _convert_add_n(op):
   """Sums the stacked and the invariant inputs apart, then adds the two (which broadcasts);
@@ -207,7 +214,6 @@ register_elementwise(
     "Maximum",
     "Minimum",
     "Mod",
-    "Mul",
     "MulNoNan",
     "Ndtri",
     "Neg",

@@ -13,7 +13,7 @@ dead code, pruned when the graph runs.
 import numpy as np
 import tensorflow as tf
 
-from vectorize.values import stack, stacked
+from vectorize.values import Value, align_ranks, merge_leading, split_leading, stack, stacked
 
 
 def sum_of_matmuls(op):
@@ -71,3 +71,74 @@ def sum_of_slice_gradients(op):
     return None
   ordered = [stack(terms[indices.index(t)], op.ctx.n) for t in range(len(indices))]
   return stacked(tf.stack(ordered, axis=axis + 1))
+
+
+def scaled_base(op, k):
+  """Body input k of `op` as (stacked base, invariant factors): follows Muls of one stacked
+  and one invariant value, each used only on this path, down to the stacked base.
+
+  A backward pass multiplies each stacked cotangent by one forward value after another
+  (d c * g, then the sigmoid's derivative, ...); with the forward invariant, the factors
+  multiply together once and the stacked cotangent is scaled once.
+  """
+  t, factors = op.op.inputs[k], []
+  base = op.converted(t)
+  while t.op.type == "Mul" and len(t.consumers()) == 1 and base is not None:
+    a, b = (op.converted(x) for x in t.op.inputs)
+    if a is None or b is None or a.stacked == b.stacked:
+      break
+    s = 0 if a.stacked else 1
+    factors.append((b, a)[s])
+    t, base = t.op.inputs[s], (a, b)[s]
+  return base, factors
+
+
+def scaled(base, factors):
+  """`base * factors[0] * factors[1] * ...` as one stacked product (the factors invariant)."""
+  factor = factors[0].tensor
+  for f in factors[1:]:
+    factor = factor * f.tensor
+  base, factor = align_ranks([base, Value(factor, False)])
+  return stacked(base * factor)
+
+
+def product_chain(op):
+  """One stacked product for Mul of a stacked chain of products and an invariant, or None."""
+  values = op.inputs
+  if values[0].stacked == values[1].stacked:
+    return None
+  s = 0 if values[0].stacked else 1
+  base, factors = scaled_base(op, s)
+  if not factors or base is None:
+    return None
+  return scaled(base, factors + [values[1 - s]])
+
+
+def columns_of_product(op):
+  """For a Slice taking whole rows of `matmul(stacked a, invariant b)` (per iteration), the
+  product of `a` with the matching columns of `b`, or None.
+
+  The gradient of `concat([x, h]) @ w` slices one product into the gradients of x and of h;
+  as two products, the one feeding the recurrence is smaller and the other runs beside it.
+  The columns of `b` are sliced once (invariant); the full product becomes dead code when
+  every slice of it is rewritten.
+  """
+  product = op.op.inputs[0]
+  if product.op.type != "MatMul" or op.is_stacked(1) or op.is_stacked(2):
+    return None
+  if product.op.get_attr("transpose_a"):
+    return None
+  a, b = (op.converted(t) for t in product.op.inputs)
+  rows = product.shape[0]
+  if (a is None or b is None or not a.stacked or b.stacked or rows is None or
+      op.output_shape()[0] != rows):             # a slice as tall as the product: whole rows
+    return None
+  begin, size = op.invariant(1), op.invariant(2)
+  transpose_b = product.op.get_attr("transpose_b")
+  # b's columns of the product: its rows if transposed, else its columns.
+  b_begin = tf.stack([begin[1], 0]) if transpose_b else tf.stack([0, begin[1]])
+  b_size = tf.stack([size[1], -1]) if transpose_b else tf.stack([-1, size[1]])
+  part = tf.slice(b.tensor, b_begin, b_size)
+  n = op.ctx.n
+  x = tf.matmul(merge_leading(a.tensor), part, transpose_b=transpose_b)
+  return stacked(split_leading(x, n, rows))

@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 import tensorflow as tf
 
+from converters import fusions
 from vectorize import graph_io
 from vectorize import values
 from vectorize.errors import Unvectorizable
@@ -487,10 +488,14 @@ def _scatter_dim(dy, indices, pos, dim):
 
 @register("Slice")
 def _convert_slice(op):
-  """Invariant begin and size: prepend 0 and -1 (the whole loop axis). Otherwise gathers of
+  """Invariant begin and size: prepend 0 and -1 (the whole loop axis); columns of a matrix
+  product, the product of the matching columns (converters/fusions.py). Otherwise gathers of
   per-iteration ranges (`_slice_by_plan`)."""
   x = op.value(0)
   if not op.is_stacked(1) and not op.is_stacked(2):
+    columns = fusions.columns_of_product(op)
+    if columns is not None:
+      return columns
     begin, size = op.invariant(1), op.invariant(2)
     return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(size, -1)])[0])
   dtype = op.attr("Index")

@@ -101,3 +101,73 @@ def test_sum_of_slice_gradients_is_one_stack():
   assert "StridedSliceGrad" not in every_step
   some_steps = _ops_of(_slice_gradient_body(lambda x, t: x[:, t], [0, 2, 4], True), 4)
   assert "StridedSliceGrad" in some_steps
+
+
+C = tf.constant(RNG.standard_normal([4, 2, 3]), tf.float32)       # [n, rows, cols]
+F1 = tf.constant(RNG.standard_normal([3]), tf.float32)
+F2 = tf.constant(RNG.standard_normal([2, 1]), tf.float32)
+F3 = tf.constant(RNG.standard_normal([]), tf.float32)
+
+
+def _product_chain(shared):
+  def body(i):
+    x = tf.gather(C, i) * F1
+    y = x * F2
+    out = F3 * y                                   # x * F1 * F2 * F3, invariant on either side
+    return (out, x + 1.0) if shared else out       # x used twice: not folded away
+  return body
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["chain", "shared-link"])
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_product_chain_equals_the_loop(shared, mode):
+  for n in (4, 0):
+    testing.check_against_loop(_product_chain(shared), n, mode=mode)
+
+
+def test_product_chain_of_integers_equals_the_loop():
+  k = tf.constant([[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 0, 2]], tf.int32)
+  testing.check_against_loop(lambda i: tf.gather(k, i) * 3 * tf.constant([2, 1, 5]), 4)
+
+
+def _live_types(body, n):
+  graph = tf.function(lambda: vectorize.pfor(body, n, fallback_to_while_loop=False)
+                      ).get_concrete_function().graph
+  live, pending = set(), [t.op for t in graph.outputs]
+  while pending:
+    op = pending.pop()
+    if op not in live:
+      live.add(op)
+      pending += [t.op for t in op.inputs]
+  return [op.type for op in live]
+
+
+def test_product_chain_scales_the_stacked_value_once():
+  stacked_muls = [t for t in _live_types(_product_chain(False), 4) if t == "Mul"]
+  assert len(stacked_muls) == 3                    # F1 * F2, then * F3, then x * that
+
+
+W = tf.constant(RNG.standard_normal([5, 7]), tf.float32)
+R = tf.constant(RNG.standard_normal([4, 2, 5]), tf.float32)       # [n, rows, inner]
+
+
+def _column_slices(transpose_b, rows):
+  def body(i):
+    w = tf.transpose(W) if transpose_b else W
+    p = tf.matmul(tf.gather(R, i), w, transpose_b=transpose_b)        # [2, 7]
+    return tf.slice(p, [0, 0], [rows, 3]), tf.slice(p, [0, 3], [-1, -1])
+  return body
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("rows", [2, 1], ids=["whole-rows", "some-rows"])
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_columns_of_product_equal_the_loop(transpose_b, rows, mode):
+  for n in (4, 0):
+    testing.check_against_loop(_column_slices(transpose_b, rows), n, mode=mode)
+
+
+def test_columns_of_product_are_two_products():
+  types = _live_types(_column_slices(True, 2), 4)
+  assert types.count("MatMul") + types.count("BatchMatMulV2") == 2
+  assert "Slice" in types                          # of the invariant weight, not the product
