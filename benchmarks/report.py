@@ -103,7 +103,9 @@ def markdown(results):
             f"geometric mean and {TARGETS['hand_each']} on each workload, with and without "
             f"XLA; vectorize / TF's pfor at most {TARGETS['tf_each']} on each; conversion "
             f"(first call minus a steady call) at most {TARGETS['conversion']} of TF's; every "
-            "workload compiles under XLA. \"-\" where a form fails (see below)."]
+            "workload compiles under XLA. \"-\" where a form fails (see below). A negative "
+            "conversion means the first call ran faster than the median steady call (forms "
+            "whose run time is dominated by allocating GB-sized outputs): not measurable."]
   for entry in results["workloads"]:
     lines += [""] + _workload_section(entry)
   return "\n".join(lines) + "\n"
