@@ -13,6 +13,7 @@ dead code, pruned when the graph runs.
 import numpy as np
 import tensorflow as tf
 
+from vectorize import graph_io
 from vectorize.values import Value, align_ranks, merge_leading, split_leading, stack, stacked
 
 
@@ -133,12 +134,59 @@ def columns_of_product(op):
   if (a is None or b is None or not a.stacked or b.stacked or rows is None or
       op.output_shape()[0] != rows):             # a slice as tall as the product: whole rows
     return None
-  begin, size = op.invariant(1), op.invariant(2)
   transpose_b = product.op.get_attr("transpose_b")
-  # b's columns of the product: its rows if transposed, else its columns.
-  b_begin = tf.stack([begin[1], 0]) if transpose_b else tf.stack([0, begin[1]])
-  b_size = tf.stack([size[1], -1]) if transpose_b else tf.stack([-1, size[1]])
-  part = tf.slice(b.tensor, b_begin, b_size)
+  first, count = _static_begin(op, op.op.inputs[1]), op.output_shape()[1]
+  if first is not None and count is not None:     # known now: two shared constants
+    first = int(first[1])
+  else:
+    first, count = op.invariant(1)[1], op.invariant(2)[1]
+
+  def along_b(value, other):
+    """A begin or size for b: the product's columns are b's rows if transposed."""
+    entries = [value, other] if transpose_b else [other, value]
+    return entries if isinstance(value, int) else tf.stack(entries)
+
+  part = graph_io.slice_(b.tensor, along_b(first, 0), along_b(count, -1))
   n = op.ctx.n
   x = tf.matmul(merge_leading(a.tensor), part, transpose_b=transpose_b)
   return stacked(split_leading(x, n, rows))
+
+
+def _static_begin(op, t):
+  """A Slice's `begin` known at trace time, or None; sees through the ConcatOffset that a
+  concat's gradient slices with, whose shapes are static."""
+  value = _known(op, t)
+  if value is not None or t.op.type != "ConcatOffset":
+    return value
+  axis = _known(op, t.op.inputs[0])
+  if axis is None and t.op.inputs[0].op.type == "FloorMod":   # the axis, modulo the rank
+    x, y = (_known(op, i) for i in t.op.inputs[0].op.inputs)
+    axis = None if x is None or y is None else np.mod(x, y)
+  shapes = [_static_shape(op, s) for s in t.op.inputs[1:]]
+  if axis is None or any(s is None for s in shapes):
+    return None
+  axis = int(axis) % len(shapes[0])
+  offset = np.zeros(len(shapes[0]), np.int64)
+  offset[axis] = sum(s[axis] for s in shapes[:t.value_index])
+  return offset
+
+
+def _static_shape(op, t):
+  """The value of a shape vector `t` known at trace time (a Shape or ShapeN of a fully
+  defined tensor included), or None."""
+  value = _known(op, t)
+  if value is None and t.op.type in ("Shape", "ShapeN"):
+    shape = t.op.inputs[t.value_index if t.op.type == "ShapeN" else 0].shape
+    value = shape.as_list() if shape.is_fully_defined() else None
+  return value
+
+
+def _known(op, t):
+  """The value of body tensor `t` known at trace time, in the body or as converted (a
+  captured constant is a placeholder in the body), or None."""
+  value = tf.get_static_value(t)
+  if value is None:
+    converted = op.converted(t)
+    if converted is not None and not converted.stacked:
+      value = tf.get_static_value(converted.tensor)
+  return value

@@ -130,7 +130,8 @@ def test_product_chain_of_integers_equals_the_loop():
   testing.check_against_loop(lambda i: tf.gather(k, i) * 3 * tf.constant([2, 1, 5]), 4)
 
 
-def _live_types(body, n):
+def _live_ops(body, n):
+  """The ops the vectorized graph's outputs depend on (rewritten-away ones are dead)."""
   graph = tf.function(lambda: vectorize.pfor(body, n, fallback_to_while_loop=False)
                       ).get_concrete_function().graph
   live, pending = set(), [t.op for t in graph.outputs]
@@ -139,7 +140,11 @@ def _live_types(body, n):
     if op not in live:
       live.add(op)
       pending += [t.op for t in op.inputs]
-  return [op.type for op in live]
+  return live
+
+
+def _live_types(body, n):
+  return [op.type for op in _live_ops(body, n)]
 
 
 def test_product_chain_scales_the_stacked_value_once():
@@ -171,3 +176,34 @@ def test_columns_of_product_are_two_products():
   types = _live_types(_column_slices(True, 2), 4)
   assert types.count("MatMul") + types.count("BatchMatMulV2") == 2
   assert "Slice" in types                          # of the invariant weight, not the product
+
+
+def _concat_gradient(i):
+  """d/d[x, h] of a cell's `concat([x, h]) @ w`: the gradient slices one product by the
+  ConcatOffsets of x and h (static, so the weight's columns are sliced by constants)."""
+  x, h = tf.gather(R, i)[:1, :2], tf.gather(R, i)[1:, 2:]
+  with tf.GradientTape() as tape:
+    tape.watch([x, h])
+    y = tf.tanh(tf.matmul(tf.concat([x, h], axis=1), W))
+  return tape.gradient(y, [x, h])
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_columns_of_a_concat_gradient_equal_the_loop(mode):
+  for n in (4, 0):
+    testing.check_against_loop(_concat_gradient, n, mode=mode)
+  # The forward product, and the backward one as two: the columns of x and of h.
+  live = _live_ops(_concat_gradient, 4)
+  assert [op.type for op in live].count("MatMul") == 3
+  slices = [op for op in live if op.type == "Slice"]   # of the weight: at constant offsets
+  assert len(slices) == 2 and all(op.inputs[1].op.type == "Const" for op in slices)
+
+
+def test_columns_at_run_time_offsets_equal_the_loop():
+  first = tf.Variable(2)
+
+  def body(i):
+    p = tf.matmul(tf.gather(R, i), W)
+    return tf.slice(p, tf.stack([0, first.read_value()]), [-1, 3])
+
+  testing.check_against_loop(body, 4)
