@@ -13,6 +13,7 @@ import inspect
 import numbers
 import types
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.autograph.core import ag_ctx
@@ -45,24 +46,29 @@ _eager_cache = collections.OrderedDict()
 _last_report = [None]
 
 
-def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None):
+def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, warn=False):
   """Runs `loop_fn(i)` for i in 0..iters-1 as one vectorized computation.
 
   Args:
     loop_fn: `loop_fn(i)` or `loop_fn(i, pfor_config)`, returning a nested structure of
-      tensors, Python scalars and `tf.IndexedSlices` (returned dense). A function, callable
-      object, `functools.partial` or `tf.function`.
-    iters: the number of iterations: a non-negative Python int or a scalar integer tensor.
+      tensors, Python scalars, `tf.IndexedSlices` (returned dense), Operations (run for
+      their effect) and None (passed through). A function, callable object,
+      `functools.partial` or `tf.function`.
+    iters: the number of iterations: a non-negative Python int, `Dimension` or scalar
+      integer tensor, below 2**31.
     fallback_to_while_loop: when an op cannot be vectorized, run it in a sequential loop
-      (with a warning) instead of raising `ConversionError`.
+      instead of raising `ConversionError`.
     parallel_iterations: if set, the iterations run in chunks of this size, to bound memory.
+    warn: log a warning for each op type that falls back to the sequential loop.
 
   Returns:
-    loop_fn's output structure, each tensor with a new leading axis of size `iters`.
+    loop_fn's output structure, each tensor with a new leading axis of size `iters`; None
+    where loop_fn returned None; where it returned an Operation, an Operation running the
+    vectorized one in graph mode, None in eager mode (it has run).
 
   Raises:
     ValueError / TypeError: bad `iters`, `parallel_iterations` or loop_fn outputs.
-    ConversionError: an op cannot be vectorized and the fallback is off.
+    ConversionError (a ValueError): an op cannot be vectorized and the fallback is off.
 
   Example:
     >>> x = tf.random.normal([8, 3])
@@ -74,36 +80,46 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None):
   iters = _check_iters(iters)
   parallel_iterations = _check_parallel_iterations(parallel_iterations)
   if not tf.executing_eagerly():
-    return _pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations)
+    return _pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations, warn)
   static = isinstance(iters, int)
   key = (_callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
-         parallel_iterations, _options.static_shapes)
+         parallel_iterations, warn, _options.static_shapes)
   fn = _cached(key, lambda: _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
-                                                 parallel_iterations))
-  return fn() if static else fn(tf.cast(iters, tf.int32))
+                                                 parallel_iterations, warn))
+  with functions_traced():
+    return fn() if static else fn(tf.cast(iters, tf.int32))
 
 
-def vectorized_map(fn, elems, fallback_to_while_loop=True):
+def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
   """`tf.map_fn(fn, elems)` semantics, vectorized: `fn` applies to each slice of `elems`.
 
   Args:
     fn: takes one element (elems' structure, the leading axis removed).
-    elems: a nested structure of tensors sharing their leading dimension.
+    elems: a nested structure of tensors whose leading dimensions are a common size n or 1
+      (a leading dimension of 1 is broadcast to every iteration, as in `tf.vectorized_map`).
     fallback_to_while_loop: as in `pfor`.
+    warn: as in `pfor` (on by default here, as in `tf.vectorized_map`).
 
   Returns:
     fn's output structure, stacked along a new leading axis.
+
+  Raises:
+    ValueError: no tensor in `elems`, a scalar in it, or leading dimensions that are
+      neither n nor 1 (at trace time where known, else at run time).
 
   Example:
     >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
   """
   if tf.executing_eagerly():
-    key = ("vectorized_map", _callable_key(fn), fallback_to_while_loop, _options.static_shapes)
+    key = ("vectorized_map", _callable_key(fn), fallback_to_while_loop, warn,
+           _options.static_shapes)
     graph_fn = _cached(key, lambda: tf.function(
-        functools.partial(_vectorized_map_in_graph, fn,
-                          fallback_to_while_loop=fallback_to_while_loop), autograph=False))
-    return graph_fn(elems)
-  return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop)
+        functools.partial(_eager_body, _vectorized_map_in_graph, fn,
+                          fallback_to_while_loop=fallback_to_while_loop, warn=warn),
+        autograph=False))
+    with functions_traced():
+      return graph_fn(elems)
+  return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop, warn)
 
 
 def last_report():
@@ -113,12 +129,23 @@ def last_report():
 
 # ----------------------------------------------------------------------------- checks
 
+_MAX_ITERS = 2**31 - 1   # the loop index and n are int32 tensors
+
+
 def _check_iters(iters):
+  """`iters` as a Python int when known at trace time, else as a scalar integer tensor."""
   if isinstance(iters, (bool, np.bool_)):
     raise TypeError(f"iters must be an integer, got the bool {iters!r}.")
+  if isinstance(iters, tf.compat.v1.Dimension):   # TF1 code passes x.shape[0]
+    if iters.value is None:
+      raise ValueError("iters is a Dimension of unknown size; pass tf.shape(x)[0] instead.")
+    iters = iters.value
   if isinstance(iters, numbers.Integral):
     if iters < 0:
       raise ValueError(f"iters must be non-negative, got {iters}.")
+    if iters > _MAX_ITERS:
+      raise ValueError(f"iters must be at most 2**31 - 1 (vectorize's loop index is int32), "
+                       f"got {iters}.")
     return int(iters)
   if isinstance(iters, (tf.Tensor, tf.Variable, np.ndarray)):
     t = tf.convert_to_tensor(iters)
@@ -132,6 +159,19 @@ def _check_iters(iters):
     return t
   raise TypeError(f"iters must be a non-negative int or a scalar integer tensor, got "
                   f"{type(iters).__name__} {iters!r}.")
+
+
+def _run_time_n(iters):
+  """A run-time `iters` as the int32 n, checked at run time to be in [0, 2**31 - 1] (one
+  Assert op, unguarded: no conditional in the emitted graph)."""
+  in_range = iters >= 0
+  if iters.dtype.max > _MAX_ITERS:
+    in_range = tf.logical_and(in_range, iters <= tf.constant(_MAX_ITERS, iters.dtype))
+  check = tf.raw_ops.Assert(condition=in_range, data=[
+      "vectorize.pfor: iters must be in [0, 2**31 - 1] (the loop index is int32); iters =",
+      iters])
+  with tf.control_dependencies([check]):
+    return tf.identity(tf.cast(iters, tf.int32))
 
 
 def _check_parallel_iterations(parallel_iterations):
@@ -173,43 +213,91 @@ class _Identity:
     return isinstance(other, _Identity) and other.obj is self.obj
 
 
-def _value_key(value):
+def _value_key(value, seen):
   if isinstance(value, (types.ModuleType, type)) or value is None:
     return value
   if isinstance(value, (numbers.Number, str, bytes, tf.DType)):
     return (type(value), value)
-  if callable(value) and hasattr(value, "__code__"):
-    return _callable_key(value)
+  if callable(value) and hasattr(value, "__code__") and not _is_library_function(value):
+    return _callable_key(value, seen)
   return _Identity(value)
 
 
-def _callable_key(fn):
-  """A key that changes when the body's code or anything it closes over changes."""
+_LIBRARY_PREFIXES = ("tensorflow", "keras", "tf_keras", "numpy", "vectorize", "converters")
+
+
+def _callable_key(fn, seen=frozenset()):
+  """A key that changes when the body's code or anything it closes over changes.
+
+  Recurses into the user's functions only: a library function it closes over
+  (`tf.math.reduce_sum`, whose wrappers close over each other) is keyed by identity, and so
+  is a function met again through its own closure (recursion), which would never end.
+  """
   if isinstance(fn, functools.partial):
-    return ("partial", _callable_key(fn.func), tuple(_value_key(a) for a in fn.args),
-            tuple(sorted((k, _value_key(v)) for k, v in fn.keywords.items())))
+    return ("partial", _callable_key(fn.func, seen),
+            tuple(_value_key(a, seen) for a in fn.args),
+            tuple(sorted((k, _value_key(v, seen)) for k, v in fn.keywords.items())))
   python_function = getattr(fn, "python_function", None)   # a tf.function
   if python_function is not None:
-    return ("tf.function", _Identity(fn), _callable_key(python_function))
+    return ("tf.function", _Identity(fn), _callable_key(python_function, seen))
   if isinstance(fn, types.MethodType):
-    return ("method", _Identity(fn.__self__), _callable_key(fn.__func__))
+    return ("method", _Identity(fn.__self__), _callable_key(fn.__func__, seen))
   code = getattr(fn, "__code__", None)
-  if code is None:
+  if code is None or id(fn) in seen:
     return ("object", _Identity(fn))
-  closure = tuple(_value_key(c.cell_contents) for c in fn.__closure__ or ())
-  defaults = tuple(_value_key(d) for d in fn.__defaults__ or ())
-  globals_ = tuple((name, _value_key(fn.__globals__[name])) for name in code.co_names
+  seen = seen | {id(fn)}
+  closure = tuple(_value_key(_cell_contents(c), seen) for c in fn.__closure__ or ())
+  defaults = tuple(_value_key(d, seen) for d in fn.__defaults__ or ())
+  globals_ = tuple((name, _value_key(fn.__globals__[name], seen)) for name in code.co_names
                    if name in fn.__globals__ and not callable(fn.__globals__[name]))
   return ("function", code, closure, defaults, globals_)
 
 
-def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations):
+def _is_library_function(fn):
+  module = getattr(fn, "__module__", None) or ""
+  return module.split(".")[0] in _LIBRARY_PREFIXES
+
+
+def _cell_contents(cell):
+  try:
+    return cell.cell_contents
+  except ValueError:   # a cell not yet filled (a name the function defines later)
+    return None
+
+
+def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
   if static:
-    return tf.function(lambda: _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations),
+    return tf.function(functools.partial(_eager_body, _pfor_in_graph, loop_fn, iters,
+                                         fallback, parallel_iterations, warn),
                        autograph=False)
   return tf.function(
-      lambda n: _pfor_in_graph(loop_fn, n, fallback, parallel_iterations),
+      lambda n: _eager_body(_pfor_in_graph, loop_fn, n, fallback, parallel_iterations, warn),
       input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
+
+
+def _eager_body(build, *args, **kwargs):
+  """`build(*args)` traced for an eager call: the body gets autograph (TF's eager pfor
+  traces it in a `tf.function`, which converts it), and Operations in the result become
+  None, as a function cannot return them (they run as the function's effects)."""
+  with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
+    result = build(*args, **kwargs)
+  return nest.map_structure(lambda x: None if isinstance(x, tf.Operation) else x, result)
+
+
+@contextlib.contextmanager
+def functions_traced():
+  """Turns `tf.config.run_functions_eagerly(True)` off for the block, as TF's pfor does:
+  the walker needs the body as a graph, and runs our `tf.function`s to get it."""
+  if not tf.config.functions_run_eagerly():
+    yield
+    return
+  logging.warning("vectorize: tf.config.run_functions_eagerly(True) is set; vectorizing "
+                  "needs tf.function, so it is turned off for this call.")
+  tf.config.run_functions_eagerly(False)
+  try:
+    yield
+  finally:
+    tf.config.run_functions_eagerly(True)
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -222,25 +310,32 @@ def _wants_config(loop_fn):
     return False
 
 
+_TENSOR, _NONE, _OPERATION = "tensor", "none", "operation"
+
+
 def _flat_outputs(structure, where):
-  """Flattens loop_fn's outputs to tensors, with a clear error for anything else."""
-  paths_and_leaves = nest.flatten_with_joined_string_paths(structure)
-  tensors = []
-  for path, leaf in paths_and_leaves:
+  """loop_fn's output leaves as (kind, tensor or Operation or None), with a clear error for
+  anything else. None and Operations pass through, as in TF's pfor."""
+  leaves = []
+  for path, leaf in nest.flatten_with_joined_string_paths(structure):
     path = path or "<top level>"
+    if leaf is None:
+      leaves.append((_NONE, None))
+      continue
+    if isinstance(leaf, tf.Operation):
+      leaves.append((_OPERATION, leaf))
+      continue
     if isinstance(leaf, tf.IndexedSlices):
       leaf = tf.convert_to_tensor(leaf)
     elif isinstance(leaf, (tf.SparseTensor, tf.RaggedTensor)):
       raise TypeError(f"{where} returned a {type(leaf).__name__} at {path}; vectorize "
                       "supports dense tensors only. Convert it to a dense tensor first.")
-    elif leaf is None:
-      raise TypeError(f"{where} returned None at {path}; return tensors only.")
     elif not isinstance(leaf, (tf.Tensor, tf.Variable, numbers.Number, np.ndarray, np.generic)):
       raise TypeError(f"{where} returned an object of type {type(leaf).__name__} at {path}; "
-                      "it must return tensors, Python numbers or numpy values (nested in "
-                      "tuples, lists, dicts or namedtuples).")
-    tensors.append(tf.convert_to_tensor(leaf))
-  return tensors
+                      "it must return tensors, Python numbers, numpy values, Operations or "
+                      "None (nested in tuples, lists, dicts or namedtuples).")
+    leaves.append((_TENSOR, tf.convert_to_tensor(leaf)))
+  return leaves
 
 
 def autograph_like_caller(fn):
@@ -272,18 +367,28 @@ def _transpiled_by_tf_function(fn):
 
 
 class TracedBody:
-  """The loop body traced once: its FuncGraph, output structure and pfor_config."""
+  """The loop body traced once: its FuncGraph, output structure and pfor_config.
+
+  The graph's outputs are the body's tensor outputs. An Operation the body returns is
+  tracked by a NoOp that depends on it (a marker): the walker keeps control edges, so the
+  marker's conversion depends on the Operation's.
+  """
 
   def __init__(self, loop_fn):
     self.config = PForConfig() if _wants_config(loop_fn) else None
     self.structure = None
+    self.kinds = []
+    self.markers = []
     loop_fn = autograph_like_caller(loop_fn)
     where = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
 
     def body(i):
       out = loop_fn(i, self.config) if self.config is not None else loop_fn(i)
       self.structure = out
-      return _flat_outputs(out, where)
+      leaves = _flat_outputs(out, where)
+      self.kinds = [kind for kind, _ in leaves]
+      self.markers = [_marker(leaf) for kind, leaf in leaves if kind == _OPERATION]
+      return [leaf for kind, leaf in leaves if kind == _TENSOR]
 
     # Gradients of conditionals taken inside the body pass intermediates as plain tensors
     # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
@@ -292,7 +397,7 @@ class TracedBody:
           tf.TensorSpec([], tf.int32, name="loop_index")).graph
 
   def convert(self, ctx):
-    """The body's outputs as Values, for the loop of `ctx`."""
+    """The body's tensor outputs as Values and its Operations' conversions, for `ctx`."""
     captured = {internal.ref(): external for external, internal in self.graph.captures}
     inputs = [stacked(ctx.indices)]
     for t in self.graph.inputs[1:]:
@@ -303,11 +408,22 @@ class TracedBody:
       inputs.append(invariant(_capture(external)))
     if self.config is not None:
       ctx.reductions = self.config.reductions
-    outputs, _ = walker.convert_graph(self.graph, inputs, ctx)
-    return outputs
+    control_outputs = self.markers + list(getattr(self.graph, "control_outputs", []))
+    outputs, effects = walker.convert_graph(self.graph, inputs, ctx,
+                                            control_outputs=control_outputs)
+    return outputs, effects[:len(self.markers)]   # one emitted NoOp per marker
 
-  def pack(self, flat):
+  def pack(self, tensors, operations):
+    """The body's structure with its tensors and Operations replaced, None kept."""
+    tensors, operations = iter(tensors), iter(operations)
+    flat = [next(tensors) if kind == _TENSOR else next(operations) if kind == _OPERATION
+            else None for kind in self.kinds]
     return tf.nest.pack_sequence_as(self.structure, flat)
+
+
+def _marker(operation):
+  with tf.control_dependencies([operation]):
+    return tf.no_op(name="pfor_output_operation")
 
 
 def _capture(external):
@@ -345,11 +461,13 @@ def static_shapes(enabled=True):
     _options.static_shapes = previous
 
 
-def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
+def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=False):
   body = TracedBody(loop_fn)
   static_n = iters if isinstance(iters, int) else None
-  n = tf.constant(iters, tf.int32) if static_n is not None else tf.cast(iters, tf.int32)
+  n = tf.constant(iters, tf.int32) if static_n is not None else _run_time_n(iters)
   report = Report()
+  if not warn:
+    report.warned_types = _EveryType()
   _last_report[0] = report
   chunked = parallel_iterations is not None and (static_n is None or
                                                  static_n > parallel_iterations)
@@ -361,10 +479,19 @@ def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations):
       ctx = Context(n=n, indices=tf.range(n), static_n=static_n,
                     fallback_allowed=fallback, report=report,
                     static_shapes=_static_shapes_wanted(), indices_are_range=True)
-      flat = [stack(v, n) for v in body.convert(ctx)]
+      values, operations = body.convert(ctx)
+      flat = [stack(v, n) for v in values]
     else:
-      flat = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback, report)
-  return body.pack(flat)
+      flat, operations = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback,
+                                            report)
+  return body.pack(flat, operations)
+
+
+class _EveryType(set):
+  """A `Report.warned_types` that holds every op type: the fallback warns for none."""
+
+  def __contains__(self, op_type):
+    return True
 
 
 def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
@@ -372,7 +499,8 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
 
   Emits a while loop over chunks; each step converts the body for the iterations
   `[start, min(start + chunk_size, n))` and writes each output's chunk into a TensorArray,
-  concatenated at the end into `[n] + shape`.
+  concatenated at the end into `[n] + shape`. The body's Operations run in every step; the
+  loop's result stands for them.
   """
   dtypes = [t.dtype for t in body.graph.outputs]
   shapes = [t.shape for t in body.graph.outputs]
@@ -382,9 +510,11 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
     ctx = Context(n=size, indices=tf.range(start, start + size), static_n=None,
                   fallback_allowed=fallback, report=report,
                   static_shapes=_static_shapes_wanted())
-    outs = [stack(v, size) for v in body.convert(ctx)]
-    return (start + chunk_size,) + tuple(
-        a.write(start // chunk_size, o) for a, o in zip(arrays, outs))
+    values, operations = body.convert(ctx)
+    outs = [stack(v, size) for v in values]
+    with tf.control_dependencies(operations):
+      return (start + chunk_size,) + tuple(
+          a.write(start // chunk_size, tf.identity(o)) for a, o in zip(arrays, outs))
 
   num_chunks = (n + chunk_size - 1) // chunk_size
   arrays = tuple(tf.TensorArray(d, size=num_chunks, infer_shape=False) for d in dtypes)
@@ -394,22 +524,53 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):
     t = a.concat()
     t.set_shape(tf.TensorShape([static_n]).concatenate(shape))
     flat.append(t)
-  return flat
+  done = tf.group(results[0])   # the final chunk start: after every step
+  return flat, [done] * len(body.markers)
 
 
-def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True):
+def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
   elems = tf.nest.map_structure(tf.convert_to_tensor, elems)
   flat = tf.nest.flatten(elems)
   if not flat:
     raise ValueError("vectorized_map needs at least one tensor in elems.")
-  first = flat[0]
-  if first.shape.rank == 0:
+  if any(e.shape.rank == 0 for e in flat):
     raise ValueError("vectorized_map's elems must have a leading axis; got a scalar.")
-  n = first.shape[0] if first.shape[0] is not None else tf.shape(first)[0]
+  n, checks = _common_leading_dimension(flat)
+  if checks:
+    with tf.control_dependencies(checks):
+      elems = tf.nest.map_structure(tf.identity, elems)
 
   fn = autograph_like_caller(fn)
 
   def loop_fn(i):
-    return fn(tf.nest.map_structure(lambda e: tf.gather(e, i), elems))
+    return fn(tf.nest.map_structure(lambda e: _broadcasting_gather(e, i), elems))
 
-  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None)
+  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn)
+
+
+def _common_leading_dimension(flat):
+  """n for elems whose leading dimensions are n or 1 (1 broadcasts, as in TF), and the
+  run-time checks needed where a dimension is unknown while tracing."""
+  dims = [e.shape[0] if e.shape.rank is not None else None for e in flat]
+  known = sorted({d for d in dims if d is not None})
+  if len(known) > 2 or (len(known) == 2 and known[0] != 1):
+    raise ValueError(f"vectorized_map: the tensors of elems must have the same leading "
+                     f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in dims)}.")
+  if None not in dims:
+    return known[-1], []
+  sizes = tf.stack([tf.shape(e, out_type=tf.int32)[0] for e in flat])
+  n = known[-1] if known and known[-1] > 1 else tf.reduce_max(sizes)
+  check = tf.debugging.Assert(
+      tf.reduce_all(tf.equal(sizes, n) | tf.equal(sizes, 1)),
+      ["vectorized_map: the tensors of elems must have the same leading dimension, or 1 "
+       "(broadcast); got", sizes])
+  return n, [check]
+
+
+def _broadcasting_gather(x, i):
+  """Row i of `x`, or its only row if its leading dimension is 1 (broadcast)."""
+  if x.shape.rank is not None and x.shape[0] == 1:
+    return x[0]
+  if x.shape.rank is None or x.shape[0] is None:
+    i = tf.where(tf.shape(x, out_type=tf.int32)[0] > 1, i, 0)
+  return tf.gather(x, i)

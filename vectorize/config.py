@@ -81,11 +81,9 @@ class PForConfig:
     return self.reduce(lambda y: tf.reduce_mean(y, axis=0), x)
 
   def reduce_concat(self, x):
-    """Concatenates the per-iteration values along their first axis."""
-    def concat(y):
-      shape = tf.shape(y)
-      return tf.reshape(y, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))
-    return self.reduce(concat, x)
+    """The per-iteration values of `x` stacked: `[n] + x.shape`, as TF's `reduce_concat`
+    (the concatenation of the per-iteration values, each given a leading axis)."""
+    return self.reduce(lambda y: y, x)
 
   @property
   def reductions(self):

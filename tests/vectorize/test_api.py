@@ -58,9 +58,9 @@ def test_body_returning_an_object_raises_type_error_naming_it():
     vectorize.pfor(lambda i: (_body(i), object()), 3)
 
 
-def test_body_returning_none_raises_type_error():
-  with pytest.raises(TypeError, match="None"):
-    vectorize.pfor(lambda i: {"a": None}, 3)
+def test_body_returning_none_passes_it_through():
+  assert vectorize.pfor(lambda i: {"a": None}, 3) == {"a": None}
+  assert tf.function(lambda: vectorize.pfor(lambda i: None, 3))() is None
 
 
 def test_body_returning_a_sparse_tensor_raises_type_error():
@@ -261,7 +261,7 @@ def test_pfor_config_reduce_mean_and_concat():
 
   mean, concat = testing.run_pfor(body, 4)
   np.testing.assert_allclose(mean, np.tile(np.mean(X, 0), [4, 1]))
-  np.testing.assert_allclose(concat, np.tile(np.reshape(X, [-1]), [4, 1]))
+  np.testing.assert_allclose(concat, np.tile(X[None], [4, 1, 1]))   # [n] + [n, 3], as TF
 
 
 def test_pfor_config_with_parallel_iterations_raises():
@@ -313,7 +313,7 @@ def test_fallback_warns_once_per_op_type_and_is_correct():
     return _unique_body(i) + _unique_body(i + 2)
 
   with _absl_warnings() as logs:
-    actual = testing.run_pfor(body, 3, fallback=True)
+    actual = testing.run_pfor(body, 3, fallback=True, warn=True)
   testing.assert_allclose(actual, testing.sequential(body, 3))
   assert sum("Unique" in m for m in logs) == 1
   assert vectorize.last_report().num_fallbacks == 2

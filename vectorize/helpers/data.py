@@ -99,7 +99,7 @@ def _vectorized(fn, fallback):
       return fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))
 
     try:
-      outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback)
+      outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback, warn=True)
     except ConversionError as e:
       raise ConversionError(
           f"map_and_batch cannot vectorize {_name(fn)}: {e} map_and_batch computes every "

@@ -19,16 +19,16 @@ from vectorize import api
 _DEFAULT_WHILE_PARALLEL_ITERATIONS = 10
 
 
-def jacobian(output, inputs, parallel_iterations=None, use_pfor=True):
+def jacobian(output, inputs, use_pfor=True, parallel_iterations=None):
   """The jacobian of `output` with respect to each of `inputs`, in graph mode.
 
-  Args:
+  Args (in the order of TF's `parallel_for.gradients.jacobian`):
     output: a tensor of a graph (a `tf.function` being traced), computed from `inputs`.
     inputs: a tensor, a variable, or a nested structure of them, in the same graph.
-    parallel_iterations: as in `pfor` (chunks of that many output elements at a time), or the
-      `tf.while_loop` setting when `use_pfor` is False.
     use_pfor: vectorize the per-element gradients with `vectorize.pfor`; False computes them
       one at a time in a `tf.while_loop` (slower, for comparison or as a last resort).
+    parallel_iterations: as in `pfor` (chunks of that many output elements at a time), or the
+      `tf.while_loop` setting when `use_pfor` is False.
 
   Returns:
     `inputs`' structure; each entry of shape `output.shape + input.shape`, where entry
@@ -67,7 +67,7 @@ def jacobian(output, inputs, parallel_iterations=None, use_pfor=True):
   return tf.nest.pack_sequence_as(inputs, results)
 
 
-def batch_jacobian(output, inp, parallel_iterations=None, use_pfor=True):
+def batch_jacobian(output, inp, use_pfor=True, parallel_iterations=None):
   """Per-example jacobians: d output[b, ...] / d inp[b, ...] for each row b of a batch.
 
   Assumes example b of `output` depends only on example b of `inp` (cross-example terms
@@ -77,7 +77,7 @@ def batch_jacobian(output, inp, parallel_iterations=None, use_pfor=True):
   Args:
     output: a graph tensor `[b, ...]` computed from `inp`.
     inp: a graph tensor or variable `[b, ...]` in the same graph.
-    parallel_iterations, use_pfor: as in `jacobian`.
+    use_pfor, parallel_iterations: as in `jacobian` (TF's order).
 
   Returns:
     A tensor `[b] + output.shape[1:] + inp.shape[1:]`, or None if `output` does not depend
@@ -131,7 +131,7 @@ def batch_jacobian(output, inp, parallel_iterations=None, use_pfor=True):
   return result
 
 
-def jacobian_fn(f, parallel_iterations=None, use_pfor=True):
+def jacobian_fn(f, use_pfor=True, parallel_iterations=None):
   """`f` -> `g` with `g(x)` the jacobian of `f` at `x`, for eager code.
 
   `g` runs a `tf.function` cached per `f` (by its code and what it closes over), so calling
@@ -140,7 +140,7 @@ def jacobian_fn(f, parallel_iterations=None, use_pfor=True):
   Args:
     f: a function of one argument `x` (a tensor or nested structure of tensors) returning a
       tensor or a nested structure of tensors.
-    parallel_iterations, use_pfor: as in `jacobian`.
+    use_pfor, parallel_iterations: as in `jacobian`.
 
   Returns:
     `g(x)`: for each output of `f` (in `f`'s output structure), `x`'s structure of jacobians
@@ -155,18 +155,18 @@ def jacobian_fn(f, parallel_iterations=None, use_pfor=True):
   """
   def in_graph(x):
     return tf.nest.map_structure(
-        lambda y: jacobian(y, x, parallel_iterations, use_pfor), f(x))
+        lambda y: jacobian(y, x, use_pfor, parallel_iterations), f(x))
 
-  return _cached_function(("jacobian_fn", parallel_iterations, use_pfor), f, in_graph)
+  return _cached_function(("jacobian_fn", use_pfor, parallel_iterations), f, in_graph)
 
 
-def batch_jacobian_fn(f, parallel_iterations=None, use_pfor=True):
+def batch_jacobian_fn(f, use_pfor=True, parallel_iterations=None):
   """`f` -> `g` with `g(x)` the per-example jacobian (`batch_jacobian`) of `f` at `x`.
 
   Args:
     f: a function of one tensor `x` `[b, ...]` returning a tensor (or a nested structure of
       tensors) `[b, ...]`, example b of the output depending only on example b of `x`.
-    parallel_iterations, use_pfor: as in `jacobian`.
+    use_pfor, parallel_iterations: as in `jacobian`.
 
   Returns:
     `g(x)`: `f`'s output structure, each `[b] + output.shape[1:] + x.shape[1:]`.
@@ -180,12 +180,12 @@ def batch_jacobian_fn(f, parallel_iterations=None, use_pfor=True):
   """
   def in_graph(x):
     return tf.nest.map_structure(
-        lambda y: batch_jacobian(y, x, parallel_iterations, use_pfor), f(x))
+        lambda y: batch_jacobian(y, x, use_pfor, parallel_iterations), f(x))
 
-  return _cached_function(("batch_jacobian_fn", parallel_iterations, use_pfor), f, in_graph)
+  return _cached_function(("batch_jacobian_fn", use_pfor, parallel_iterations), f, in_graph)
 
 
-def hessian(f, x, parallel_iterations=None, use_pfor=True):
+def hessian(f, x, use_pfor=True, parallel_iterations=None):
   """Second derivatives of `f` at `x`: the jacobian of its gradient, for every output element.
 
   For a scalar `f`, the usual hessian. For a non-scalar `f`, the hessian of each output
@@ -196,7 +196,7 @@ def hessian(f, x, parallel_iterations=None, use_pfor=True):
   Args:
     f: a function of `x` returning one tensor.
     x: a tensor, or a nested structure of tensors.
-    parallel_iterations, use_pfor: as in `jacobian`.
+    use_pfor, parallel_iterations: as in `jacobian`.
 
   Returns:
     For a tensor `x`, a tensor of shape `f(x).shape + x.shape + x.shape`. For a nested `x`,
@@ -214,13 +214,13 @@ def hessian(f, x, parallel_iterations=None, use_pfor=True):
   def in_graph(x):
     y = f(x)
     flat_x = tf.nest.flatten(x)
-    first = jacobian(y, flat_x, parallel_iterations, use_pfor)
-    blocks = [None if j is None else jacobian(j, flat_x, parallel_iterations, use_pfor)
+    first = jacobian(y, flat_x, use_pfor, parallel_iterations)
+    blocks = [None if j is None else jacobian(j, flat_x, use_pfor, parallel_iterations)
               for j in first]
     blocks = [[None] * len(flat_x) if b is None else b for b in blocks]
     return tf.nest.pack_sequence_as(x, [tf.nest.pack_sequence_as(x, b) for b in blocks])
 
-  return _cached_function(("hessian", parallel_iterations, use_pfor), f, in_graph)(x)
+  return _cached_function(("hessian", use_pfor, parallel_iterations), f, in_graph)(x)
 
 
 # ----------------------------------------------------------------------------- internals
@@ -253,22 +253,11 @@ def _static_or_dynamic(static, dynamic):
 
 
 def _loop_over_rows(row_fn, num_rows, inputs, parallel_iterations, use_pfor):
-  """`[row_fn(i) for i in range(num_rows)]` stacked per input, None where `row_fn` gave None.
-
-  `row_fn(i)` returns one gradient (or None) per input; which are None is decided once, when
-  the body is traced, and only the others become loop outputs.
-  """
+  """`[row_fn(i) for i in range(num_rows)]` stacked per input, None where `row_fn` gave None
+  (decided once, when the body is traced; pfor passes None through)."""
   if not use_pfor:
     return _while_loop_rows(row_fn, num_rows, inputs, parallel_iterations)
-  is_none = []
-
-  def present_rows(i):
-    grads = row_fn(i)
-    is_none[:] = [g is None for g in grads]
-    return [tf.convert_to_tensor(g) for g in grads if g is not None]
-
-  rows = iter(api.pfor(present_rows, num_rows, parallel_iterations=parallel_iterations))
-  return [None if none else next(rows) for none in is_none]
+  return api.pfor(row_fn, num_rows, parallel_iterations=parallel_iterations)
 
 
 def _while_loop_rows(row_fn, num_rows, inputs, parallel_iterations):
@@ -300,6 +289,13 @@ def _reshape_rows(rows, output, x):
 
 
 def _cached_function(tag, f, in_graph):
-  """One `tf.function` of `in_graph` per (tag, f), shared by every call with that f."""
+  """One `tf.function` of `in_graph` per (tag, f), shared by every call with that f; it runs
+  as a graph even under `tf.config.run_functions_eagerly(True)`."""
   key = (tag, api._callable_key(f))  # pylint: disable=protected-access
-  return api._cached(key, lambda: tf.function(in_graph))  # pylint: disable=protected-access
+  graph_fn = api._cached(key, lambda: tf.function(in_graph))  # pylint: disable=protected-access
+
+  def call(x):
+    with api.functions_traced():
+      return graph_fn(x)
+
+  return call

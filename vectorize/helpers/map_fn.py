@@ -81,7 +81,8 @@ def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True, swap
   elems = tf.nest.map_structure(tf.convert_to_tensor, elems)
   with tf.name_scope(name or "map_fn"):
     if tf.executing_eagerly():
-      outputs = _cached_graph_fn(fn, signature, fallback_to_while_loop)(elems)
+      with api.functions_traced():
+        outputs = _cached_graph_fn(fn, signature, fallback_to_while_loop)(elems)
     else:
       outputs = _map_in_graph(fn, elems, signature, fallback_to_while_loop)
   if not back_prop:
@@ -145,7 +146,7 @@ def _map_in_graph(fn, elems, signature, fallback):
     element = tf.nest.pack_sequence_as(elems, [tf.gather(t, i) for t in flat])
     return _match_signature(fn(element), specs, where)
 
-  outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback)
+  outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback, warn=True)
   static_n = n if isinstance(n, int) else None
   for t, spec in zip(tf.nest.flatten(outputs), tf.nest.flatten(specs)):
     t.set_shape(tf.TensorShape([static_n]).concatenate(spec.shape))

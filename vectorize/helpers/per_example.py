@@ -71,7 +71,8 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
   graph_fn = api._cached(key, lambda: tf.function(  # pylint: disable=protected-access
       lambda batch: _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
                                           parallel_iterations)))
-  grads = graph_fn(batch)
+  with api.functions_traced():
+    grads = graph_fn(batch)
   return tf.nest.pack_sequence_as(structure, grads)
 
 
@@ -111,17 +112,13 @@ def _batch_size(flat_batch):
 def _per_example_in_graph(loss_fn, flat_vars, batch, fallback, parallel_iterations):
   flat_batch = tf.nest.flatten(batch)
   n = _batch_size(flat_batch)
-  is_none = []
 
   def example_gradients(i):
     example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
     with tf.GradientTape() as tape:
       tape.watch([_watchable(v) for v in flat_vars])   # non-trainable ones too
       loss = loss_fn(*example)
-    grads = tape.gradient(loss, flat_vars)
-    is_none[:] = [g is None for g in grads]
-    return [g for g in grads if g is not None]
+    return tape.gradient(loss, flat_vars)   # None for a variable the loss does not use
 
-  present = iter(api.pfor(example_gradients, n, fallback_to_while_loop=fallback,
-                          parallel_iterations=parallel_iterations))
-  return [None if none else next(present) for none in is_none]
+  return api.pfor(example_gradients, n, fallback_to_while_loop=fallback,
+                  parallel_iterations=parallel_iterations, warn=True)
