@@ -21,6 +21,7 @@ from tensorflow.python.autograph.core import config as ag_config
 from tensorflow.python.autograph.core import converter as ag_converter
 from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.eager import context
+from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.ops import control_flow_util
 from tensorflow.python.util import nest
 
@@ -392,9 +393,12 @@ class TracedBody:
 
     # Gradients of conditionals taken inside the body pass intermediates as plain tensors
     # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
-    with context.temporarily_disable_optionals_in_gradients():
+    created = []
+    with context.temporarily_disable_optionals_in_gradients(), \
+        tf.variable_creator_scope(functools.partial(_record_variable, created)):
       self.graph = tf.function(body, autograph=False).get_concrete_function(
           tf.TensorSpec([], tf.int32, name="loop_index")).graph
+    _collect_variables(created)
 
   def convert(self, ctx):
     """The body's tensor outputs as Values and its Operations' conversions, for `ctx`."""
@@ -419,6 +423,28 @@ class TracedBody:
     flat = [next(tensors) if kind == _TENSOR else next(operations) if kind == _OPERATION
             else None for kind in self.kinds]
     return tf.nest.pack_sequence_as(self.structure, flat)
+
+
+def _record_variable(created, next_creator, **kwargs):
+  variable = next_creator(**kwargs)
+  created.append(variable)
+  return variable
+
+
+def _collect_variables(created):
+  """Variables the body created (a layer built lazily) join the caller's TF1 collections,
+  as if the body had run in the caller's graph, as TF's pfor runs it: the tf.function we
+  trace in lifts them out, but lists them as global variables only, not trainable ones."""
+  graph = tf.compat.v1.get_default_graph()
+  if not created or isinstance(graph, func_graph_module.FuncGraph):
+    return
+  for variable in created:
+    keys = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES]
+    if getattr(variable, "trainable", False):
+      keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    for key in keys:
+      if not any(v is variable for v in graph.get_collection(key)):
+        graph.add_to_collection(key, variable)
 
 
 def _marker(operation):

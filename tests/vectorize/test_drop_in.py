@@ -447,3 +447,43 @@ def test_negative_int32_run_time_iters_fail_naming_iters():
   with pytest.raises(tf.errors.InvalidArgumentError, match="iters must be in"):
     fn(tf.constant(-2))
   assert fn(tf.constant(2)).shape == (2, 3)
+
+
+# ----------------------------------------------------------------------------- TF1 graphs
+
+def test_tf1_dimension_as_iters():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [4, 3])
+    out = vectorize.pfor(lambda i: tf.gather(x, i) * 2.0, tf.compat.v1.Dimension(4))
+    with pytest.raises(ValueError, match="unknown size"):
+      vectorize.pfor(lambda i: tf.gather(x, i), tf.compat.v1.Dimension(None))
+  expected = X.numpy()[:4] * 2.0
+  with tf.compat.v1.Session(graph=graph) as session:
+    np.testing.assert_allclose(session.run(out, {x: X.numpy()[:4]}), expected)
+
+
+def _lazy_variable_body(x):
+  def body(i):
+    with tf.compat.v1.variable_scope("lazy", reuse=tf.compat.v1.AUTO_REUSE):
+      w = tf.compat.v1.get_variable("w", [3, 2], initializer=tf.compat.v1.ones_initializer())
+    return tf.matmul(tf.gather(x, i)[None], w)
+  return body
+
+
+def test_tf1_variables_created_in_loop_fn_join_the_callers_collections():
+  """A TF1 training step: the variable built lazily inside loop_fn is trainable in the
+  caller's graph, so the optimizer finds it, as with TF's pfor."""
+  losses = {}
+  for name, pfor in (("ours", vectorize.pfor), ("tf", tf_pfor_ops.pfor)):
+    graph = tf.Graph()
+    with graph.as_default():
+      x = tf.compat.v1.placeholder(tf.float32, [4, 3])
+      loss = tf.reduce_sum(pfor(_lazy_variable_body(x), 4) ** 2)
+      assert [v.name for v in tf.compat.v1.trainable_variables()] == ["lazy/w:0"]
+      train = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss)
+      init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(init)
+      losses[name] = [session.run([loss, train], {x: X.numpy()[:4]})[0] for _ in range(3)]
+  np.testing.assert_allclose(losses["ours"], losses["tf"], rtol=1e-5)
