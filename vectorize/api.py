@@ -586,10 +586,10 @@ def _common_leading_dimension(flat):
     return known[-1], []
   sizes = tf.stack([tf.shape(e, out_type=tf.int32)[0] for e in flat])
   n = known[-1] if known and known[-1] > 1 else tf.reduce_max(sizes)
-  check = tf.debugging.Assert(
-      tf.reduce_all(tf.equal(sizes, n) | tf.equal(sizes, 1)),
-      ["vectorized_map: the tensors of elems must have the same leading dimension, or 1 "
-       "(broadcast); got", sizes])
+  check = tf.raw_ops.Assert(
+      condition=tf.reduce_all(tf.equal(sizes, n) | tf.equal(sizes, 1)),
+      data=["vectorized_map: the tensors of elems must have the same leading dimension, or 1 "
+            "(broadcast); got", sizes])
   return n, [check]
 
 

@@ -195,6 +195,9 @@ def test_jacobian_helpers_give_none_for_an_unconnected_input():
   assert graph[1] is None and graph[0].shape == (2, 2)
   eager = vectorize.jacobian_fn(lambda xs: tf.sin(xs[0]))([x, unused])
   assert eager[1] is None
+  with_none = vectorize.jacobian_fn(lambda x: (tf.sin(x), None))(x)
+  assert with_none[1] is None and with_none[0].shape == (2, 2)
+  assert vectorize.batch_jacobian_fn(lambda x: [None, x * 2.0])(tf.ones([2, 3]))[0] is None
   assert tf.function(lambda x, u: vectorize.batch_jacobian(x * 2.0, u))(
       tf.ones([2, 3]), tf.ones([2, 1])) is None
 

@@ -144,7 +144,8 @@ def jacobian_fn(f, use_pfor=True, parallel_iterations=None):
 
   Returns:
     `g(x)`: for each output of `f` (in `f`'s output structure), `x`'s structure of jacobians
-    of shape `output.shape + leaf.shape` (None where there is no gradient path).
+    of shape `output.shape + leaf.shape` (None where there is no gradient path, and where
+    `f` returns None).
 
   Example:
     >>> g = vectorize.jacobian_fn(lambda x: tf.sin(x) * x[0])
@@ -155,7 +156,7 @@ def jacobian_fn(f, use_pfor=True, parallel_iterations=None):
   """
   def in_graph(x):
     return tf.nest.map_structure(
-        lambda y: jacobian(y, x, use_pfor, parallel_iterations), f(x))
+        lambda y: None if y is None else jacobian(y, x, use_pfor, parallel_iterations), f(x))
 
   return _cached_function(("jacobian_fn", use_pfor, parallel_iterations), f, in_graph)
 
@@ -180,7 +181,8 @@ def batch_jacobian_fn(f, use_pfor=True, parallel_iterations=None):
   """
   def in_graph(x):
     return tf.nest.map_structure(
-        lambda y: batch_jacobian(y, x, use_pfor, parallel_iterations), f(x))
+        lambda y: None if y is None else batch_jacobian(y, x, use_pfor, parallel_iterations),
+        f(x))
 
   return _cached_function(("batch_jacobian_fn", use_pfor, parallel_iterations), f, in_graph)
 
