@@ -189,6 +189,24 @@ def test_tape_jacobian_with_an_unconnected_source_on_our_pfor(monkeypatch, uncon
     assert actual[1].shape == (3, 2) and not actual[1].any()
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_tape_batch_jacobian_on_our_pfor(monkeypatch, mode):
+  x = tf.reshape(tf.range(6.0), [2, 3])
+
+  def batch_jacobian():
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = tf.tanh(x * 0.1) * x[:, :1]
+    return tape.batch_jacobian(y, x)
+
+  run = batch_jacobian if mode == "eager" else tf.function(batch_jacobian)
+  expected = _numpy(run())
+  ours = _OursAsTfPfor(monkeypatch)
+  actual = _numpy(batch_jacobian() if mode == "eager" else tf.function(batch_jacobian)())
+  assert ours.calls == 1
+  _assert_same(actual, expected)
+
+
 def test_jacobian_helpers_give_none_for_an_unconnected_input():
   x, unused = tf.constant([1.0, 2.0]), tf.constant([3.0])
   graph = tf.function(lambda x, u: vectorize.jacobian(tf.sin(x), [x, u]))(x, unused)
