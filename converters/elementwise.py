@@ -16,6 +16,7 @@ import functools
 import tensorflow as tf
 
 from converters import fusions
+from converters import tensor_lists
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise
@@ -73,7 +74,7 @@ def _convert_add_n(op):
   if fused is not None:
     return fused
   if op.attr("T") == tf.variant:
-    raise Unvectorizable("AddN of variant tensors cannot be split into stacked and invariant")
+    return tensor_lists.sum_of_lists(op)
   stacked_terms = [v.tensor for v in op.inputs if v.stacked]
   invariant_terms = [v.tensor for v in op.inputs if not v.stacked]
   total = stacked_terms[0] if len(stacked_terms) == 1 else tf.math.add_n(stacked_terms)

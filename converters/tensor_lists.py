@@ -159,5 +159,11 @@ def _convert_tensor_list_scatter_into_existing_list(op):
       tf.concat([indices + 1, tf.zeros_like(indices[:, :1])], 1), axis=1))))
 
 
+def sum_of_lists(op):
+  """AddN of TensorLists, one of them stacked: the DenseLists summed element by element."""
+  element_shape = next(v.tensor.buffer.shape[2:] for v in op.inputs if v.stacked)
+  return _list_value(lists.add([_dense(op, i, element_shape) for i in range(op.num_inputs)]))
+
+
 def _max_or_zero(x):
   return tf.reduce_max(tf.concat([tf.reshape(x, [-1]), [0]], 0))

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
+from tensorflow.python.eager import context
 from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework import tensor_util
@@ -231,6 +232,41 @@ def pack(tensors, axis=0):
 def copy_op(op, inputs):
   """Re-emits `op` unchanged on new inputs; returns the new operation."""
   return emit(op.type, inputs, attrs_of(op), op.graph, name=op.name)
+
+
+def folded(op, inputs):
+  """The outputs of invariant `op` on `inputs` as shared constants, when they are small
+  integers computed from small integer constants (shape arithmetic: `reduce_max` of a
+  constant, a range, a slice of a shape), else None.
+
+  Folding them here keeps constant subgraphs out of emitted loops (Grappler would fold them
+  later, but not inside a loop that reads a variable), and makes such values known at trace
+  time: XLA needs static TensorList capacities and Fill dims.
+  """
+  if op.control_inputs or not op.outputs or any(
+      t.dtype.as_datatype_enum not in _SHARED_DTYPES or not t.shape.is_fully_defined() or
+      t.shape.num_elements() > _CACHED_CONSTANT_SIZE for t in op.outputs):
+    return None
+  if not all(_is_small_int_constant(t) for t in inputs) or any(_function_names(attrs_of(op))):
+    return None
+  arrays = [tensor_util.MakeNdarray(t.op.get_attr("value")) for t in inputs]
+  attrs = []
+  for name in op.node_def.attr:
+    attrs.extend([name, op.get_attr(name)])
+  try:
+    with context.eager_mode():
+      results = execute.execute(op.type, len(op.outputs), [tf.constant(a) for a in arrays],
+                                tuple(attrs), context.context())
+      arrays = [r.numpy() for r in results]
+  except (tf.errors.OpError, TypeError, ValueError):
+    return None    # invalid here: leave the error to run time, where TensorFlow reports it
+  return [constant(a, t.dtype) for a, t in zip(arrays, op.outputs)]
+
+
+def _is_small_int_constant(tensor):
+  return (isinstance(tensor, tf.Tensor) and tensor.op.type == "Const" and
+          tensor.dtype.as_datatype_enum in _SHARED_DTYPES and tensor.shape.is_fully_defined()
+          and tensor.shape.num_elements() <= _CACHED_CONSTANT_SIZE)
 
 
 def _clean_name(name):

@@ -96,6 +96,32 @@ def shape_invariant(dense, static_n, static_capacity):
       tf.TensorShape([static_n]))
 
 
+def add(denses):
+  """The elementwise sum of per-iteration lists (what AddN of TensorLists does: the gradient
+  of a loop that reads a TensorArray sums list cotangents). Unset elements are zeros in a
+  DenseList, so they add as TensorFlow's unset elements do; lists of smaller capacity are
+  padded to the largest."""
+  capacities = [d.buffer.shape[1] for d in denses]
+  if all(c is not None for c in capacities):
+    capacity = max(capacities)
+  else:
+    capacity = tf.reduce_max(tf.stack([tf.shape(d.buffer)[1] for d in denses]))
+  buffers = [_pad_capacity(d.buffer, capacity) for d in denses]
+  lengths = [d.lengths for d in denses]
+  return DenseList(tf.math.add_n(buffers), tf.reduce_max(tf.stack(lengths), axis=0))
+
+
+def _pad_capacity(buffer, capacity):
+  if isinstance(capacity, int) and buffer.shape[1] == capacity:
+    return buffer
+  extra = capacity - tf.shape(buffer)[1]
+  pad = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(buffer) - 2, 2], tf.int32)], 0)
+  padded = tf.pad(buffer, pad)
+  padded.set_shape(tf.TensorShape([buffer.shape[0], capacity if isinstance(capacity, int)
+                                   else None]).concatenate(buffer.shape[2:]))
+  return padded
+
+
 def ensure_capacity(dense, needed, static_shapes):
   """Grows the buffer to hold `needed` elements (dynamic shapes only; XLA needs them set)."""
   if static_shapes:

@@ -140,7 +140,11 @@ def _convert_op(op, inputs, ctx, lookup=None):
       shared = graph_io.copy_small_constant(op)
       if shared is not None:
         return [invariant(shared)]
-    new_op = graph_io.copy_op(op, [v.tensor for v in inputs])
+    tensors = [v.tensor for v in inputs]
+    constants = graph_io.folded(op, tensors)
+    if constants is not None:
+      return [invariant(t) for t in constants]
+    new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   converter = registry.lookup(op.type)
   try:

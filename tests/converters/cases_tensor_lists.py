@@ -1,6 +1,7 @@
 """OpCases for converters/tensor_lists.py: TensorList ops on per-iteration lists."""
 
 import tensorflow as tf
+from tensorflow.python.ops import gen_math_ops
 from tensorflow.python.ops import list_ops
 
 from tests.converters.op_cases import OpCase, indices_below
@@ -80,3 +81,18 @@ def _concat(x):
 
 
 CASES.append(OpCase("TensorListConcatV2", _concat, [[4, 2, 3]], dtypes=[tf.float32, tf.int32]))
+
+
+def _add_lists(x, y, index):
+  """AddN of TensorLists (a loop gradient sums list cotangents): the elements added; an unset
+  element adds as zeros."""
+  full = list_ops.tensor_list_from_tensor(x, element_shape=[2])
+  sparse = list_ops.tensor_list_reserve([2], 4, x.dtype)
+  sparse = list_ops.tensor_list_set_item(sparse, index, y)
+  total = gen_math_ops.add_n([full, sparse, full])
+  return list_ops.tensor_list_stack(total, x.dtype, element_shape=[2])
+
+
+CASES.append(OpCase("AddN-tensor_lists", _add_lists, [[4, 2], [2], []],
+                    dtypes=[(tf.float32, tf.float32, tf.int32)],
+                    make=[None, None, indices_below(4)], op_types=("AddN",)))
