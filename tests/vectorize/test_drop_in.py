@@ -64,8 +64,12 @@ def test_none_outputs_pass_through_as_in_tf_pfor(mode):
   _assert_same(run(vectorize.pfor), run(tf_pfor_ops.pfor))
 
 
+def _none_and_sum(row):
+  return None, tf.reduce_sum(row), [None]
+
+
 def test_none_outputs_of_vectorized_map_pass_through_as_in_tf():
-  fn = lambda row: (None, tf.reduce_sum(row), [None])  # pylint: disable=unnecessary-lambda-assignment
+  fn = _none_and_sum
   _assert_same(_numpy(vectorize.vectorized_map(fn, X)), _numpy(tf.vectorized_map(fn, X)))
 
 
@@ -124,7 +128,8 @@ def test_dp_sgd_step_over_a_model_with_an_unused_variable(mode):
   model, x, y = _model_and_batch()
 
   def run(vectorized_map):
-    step = lambda: _dp_sgd_step(vectorized_map, model, x, y)  # pylint: disable=unnecessary-lambda-assignment
+    def step():
+      return _dp_sgd_step(vectorized_map, model, x, y)
     return _numpy(step() if mode == "eager" else tf.function(step)())
 
   actual = run(vectorize.vectorized_map)
@@ -313,14 +318,15 @@ def test_eager_python_if_on_a_tensor_as_in_tf_pfor():
                _numpy(tf.map_fn(_python_if_on_row, X)))
 
 
-@pytest.fixture
-def functions_run_eagerly():
+@pytest.fixture(name="functions_run_eagerly")
+def _functions_run_eagerly():
   tf.config.run_functions_eagerly(True)
   yield
   tf.config.run_functions_eagerly(False)
 
 
-def test_run_functions_eagerly_does_not_break_pfor(functions_run_eagerly):  # pylint: disable=redefined-outer-name,unused-argument
+@pytest.mark.usefixtures("functions_run_eagerly")
+def test_run_functions_eagerly_does_not_break_pfor():
   expected = (X * 2.0).numpy()
   body = lambda i: tf.gather(X, i) * 2.0  # pylint: disable=unnecessary-lambda-assignment
   np.testing.assert_allclose(vectorize.pfor(body, 8), expected)
