@@ -1,0 +1,293 @@
+"""Runs one program in each mode and classifies what happened.
+
+Each mode is compared with the sequential loop (tests/testing.py): eager, function, xla and
+dynamic (run-time n) through `testing.run_pfor`, n0 (n = 0, expected shapes from running
+iteration 0), and grad (the gradient of a fixed weighted sum of pfor's float outputs w.r.t.
+a captured float input, inside a tf.function, against the same through the eager loop).
+Fallback is off, so a silent fallback cannot pass.
+
+An outcome is one of: ok; `unsupported` (an op type with no converter: the next issue's
+work, not a failure); `invalid` (the loop itself fails: a generator bug, not vectorize's);
+`xla_unsupported` (the loop does not compile under XLA either); or a failure: `crash`
+(an exception), `refused` (a converter declined with the fallback off), `wrong_shape`,
+`wrong_dtype`, `nan_mismatch`, `wrong_value`, and, from the runner's child process, `hang`
+and `abort`.
+"""
+
+import dataclasses
+import random
+import re
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import vectorize
+from tests import testing
+from tests.fuzz import ir
+
+MODES = ("eager", "function", "xla", "dynamic", "n0", "grad")
+OK_CATEGORIES = ("ok", "unsupported", "invalid", "xla_unsupported", "skipped")
+
+
+@dataclasses.dataclass
+class Outcome:
+  category: str
+  message: str = ""
+
+  @property
+  def failed(self):
+    return self.category not in OK_CATEGORIES
+
+  @property
+  def kind(self):
+    """What the shrinker preserves and the summary groups by: the category and the
+    normalized message (no numbers, names or shapes)."""
+    return f"{self.category}: {normalize(self.message)}" if self.message else self.category
+
+
+def normalize(message):
+  text = re.sub(r"'[^']*'", "'?'", message)
+  text = re.sub(r"\d+", "#", text)
+  return text[:110]
+
+
+def headline(exc):
+  """The informative line of an exception's message (TF's run-time errors start with
+  'Graph execution error' and a traceback)."""
+  lines = [l for l in str(exc).splitlines() if l.strip()]
+  skip = ("Graph execution error", "Detected at node", "  ", "[[", "Stack trace",
+          "\t", "File ", "Traceback")
+  keep = [l for l in lines if not l.startswith(skip)]
+  line = (keep or lines or [""])[0]
+  line = re.sub(r"Cannot vectorize op '[^']*' of type (\w+)[^:]*:", r"Cannot vectorize \1:",
+                line)
+  return f"{type(exc).__name__}: {line.strip()}"
+
+
+def classify_error(exc):
+  text = str(exc)
+  if type(exc).__name__ == "ConversionError":
+    m = re.search(r"no converter is registered for op type (\w+)", text)
+    if m:
+      return Outcome("unsupported", m.group(1))
+    if "Fallback to a sequential loop is disabled" in text:
+      return Outcome("refused", headline(exc))
+  return Outcome("crash", headline(exc))
+
+
+def compare(actual, expected, tol=2e-4):
+  """None if equal (shapes, dtypes exactly; NaN positions; values within tol relative to
+  the largest expected value), else a failing Outcome."""
+  try:
+    tf.nest.assert_same_structure(actual, expected)
+  except (ValueError, TypeError) as e:
+    return Outcome("wrong_shape", f"structure: {str(e).splitlines()[0]}")
+  for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected)):
+    a, e = np.asarray(a), np.asarray(e)
+    if a.shape != e.shape:
+      return Outcome("wrong_shape", f"shape {a.shape} != expected {e.shape}")
+    if a.dtype != e.dtype:
+      return Outcome("wrong_dtype", f"dtype {a.dtype} != expected {e.dtype}")
+    if a.dtype.kind in "fc":
+      if not np.array_equal(np.isnan(a), np.isnan(e)):
+        return Outcome("nan_mismatch", "NaN where the loop has none, or the reverse")
+      finite = np.isfinite(e)
+      scale = max(1.0, float(np.max(np.abs(e[finite]), initial=0.0)))
+      if not np.allclose(a, e, rtol=tol, atol=tol * scale, equal_nan=True):
+        return Outcome("wrong_value", "")
+    elif not np.array_equal(a, e):
+      return Outcome("wrong_value", "")
+  return None
+
+
+class Loaded:
+  """A program's module executed: `make_body`, the tensor inputs, a body."""
+
+  def __init__(self, program):
+    self.source = ir.render(program)
+    self.ns = {}
+    exec(compile(self.source, f"<fuzz seed {program.seed}>", "exec"), self.ns)  # pylint: disable=exec-used
+    self.make_body = self.ns["make_body"]
+    self.args = list(self.ns["ARGS"])
+    self.body = self.make_body(*self.args)
+
+
+def _loss(outs):
+  """A scalar of the float outputs with fixed, position-dependent weights."""
+  total = tf.constant(0.0)
+  for o in tf.nest.flatten(outs):
+    o = tf.convert_to_tensor(o)
+    if o.dtype.is_floating:
+      w = tf.cos(tf.cast(tf.reshape(tf.range(tf.size(o)), tf.shape(o)), o.dtype))
+      total += tf.cast(tf.reduce_sum(o * w), tf.float32)
+  return total
+
+
+def grad_target(program, loaded):
+  """The index of the float input the gradient mode differentiates by (seeded), or None."""
+  floats = [k for k, a in enumerate(loaded.args) if a.dtype == tf.float32]
+  if not floats:
+    return None
+  return random.Random(program.seed).choice(floats)
+
+
+def reference_gradient(loaded, n, k):
+  args = list(loaded.args)
+  with tf.GradientTape() as tape:
+    tape.watch(args[k])
+    body = loaded.make_body(*args)
+    outs = [body(tf.constant(i)) for i in range(n)]
+    stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *outs)
+    loss = _loss(stacked)
+  return tf.convert_to_tensor(
+      tape.gradient(loss, args[k], unconnected_gradients="zero")).numpy()
+
+
+def pfor_gradient(loaded, n, k):
+  @tf.function(autograph=False)
+  def grad(*args):
+    with tf.GradientTape() as tape:
+      tape.watch(args[k])
+      out = vectorize.pfor(loaded.make_body(*args), n, fallback_to_while_loop=False)
+      loss = _loss(out)
+    return tf.convert_to_tensor(tape.gradient(loss, args[k], unconnected_gradients="zero"))
+  return tf.convert_to_tensor(grad(*loaded.args)).numpy()
+
+
+def _xla_loop_compiles(loaded, n):
+  try:
+    tf.function(lambda: [loaded.body(tf.constant(i)) for i in range(n)], jit_compile=True,
+                autograph=False)()
+    return True
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def run_mode(program, loaded, mode, expected):
+  """One mode's Outcome; `expected` is the loop's value (n > 0) computed once."""
+  n = program.n
+  try:
+    if mode == "grad":
+      k = grad_target(program, loaded)
+      if k is None:
+        return Outcome("skipped")
+      try:
+        want = reference_gradient(loaded, n, k)
+      except Exception as e:  # pylint: disable=broad-except
+        return Outcome("invalid", headline(e))
+      got = pfor_gradient(loaded, n, k)
+    elif mode == "n0":
+      try:
+        want = testing.sequential(loaded.body, 0, testing.example_spec(loaded.body))
+      except Exception as e:  # pylint: disable=broad-except
+        return Outcome("invalid", headline(e))
+      got = testing.run_pfor(loaded.body, 0, "function")
+    else:
+      want = expected
+      got = testing.run_pfor(loaded.body, n, mode)
+  except Exception as e:  # pylint: disable=broad-except
+    outcome = classify_error(e)
+    if (mode == "xla" and isinstance(e, tf.errors.OpError) and
+        not _xla_loop_compiles(loaded, n)):
+      return Outcome("xla_unsupported", headline(e))
+    return outcome
+  return compare(got, want) or Outcome("ok")
+
+
+@dataclasses.dataclass
+class Result:
+  seed: int
+  outcomes: dict
+  seconds: float
+
+  def failures(self):
+    return {m: o for m, o in self.outcomes.items() if o.failed}
+
+  def first_failure(self):
+    fails = self.failures()
+    return next(iter(fails.items())) if fails else None
+
+
+def check(program, modes=MODES):
+  """Runs the program in `modes`; a Result with one Outcome per mode."""
+  start = time.time()
+  outcomes = {}
+  try:
+    loaded = Loaded(program)
+    expected = testing.sequential(loaded.body, program.n)
+  except Exception as e:  # pylint: disable=broad-except
+    outcomes = {m: Outcome("invalid", headline(e)) for m in modes}
+    return Result(program.seed, outcomes, time.time() - start)
+  for mode in modes:
+    outcomes[mode] = run_mode(program, loaded, mode, expected)
+  return Result(program.seed, outcomes, time.time() - start)
+
+
+def repro(program, mode):
+  """Standalone Python source reproducing `mode` of the program against the loop."""
+  src = ir.render(program)
+  common = [
+      "",
+      "body = make_body(*ARGS)",
+      "expected = [body(tf.constant(i)) for i in range(N)]",
+      "expected = tf.nest.map_structure(lambda *xs: np.stack(xs), *expected)",
+  ]
+  if mode == "grad":
+    k = grad_target(program, Loaded(program))
+    tail = [
+        "",
+        f"K = {k}  # differentiate by ARGS[K]",
+        "",
+        "",
+        "def loss(outs):",
+        "  total = tf.constant(0.0)",
+        "  for o in tf.nest.flatten(outs):",
+        "    if o.dtype.is_floating:",
+        "      w = tf.cos(tf.cast(tf.reshape(tf.range(tf.size(o)), tf.shape(o)), o.dtype))",
+        "      total += tf.cast(tf.reduce_sum(o * w), tf.float32)",
+        "  return total",
+        "",
+        "",
+        "args = list(ARGS)",
+        "with tf.GradientTape() as tape:",
+        "  tape.watch(args[K])",
+        "  body = make_body(*args)",
+        "  outs = tf.nest.map_structure(lambda *xs: tf.stack(xs),",
+        "                               *[body(tf.constant(i)) for i in range(N)])",
+        "  expected = tf.convert_to_tensor(",
+        "      tape.gradient(loss(outs), args[K], unconnected_gradients='zero'))",
+        "",
+        "",
+        "@tf.function(autograph=False)",
+        "def grad(*args):",
+        "  with tf.GradientTape() as tape:",
+        "    tape.watch(args[K])",
+        "    l = loss(vectorize.pfor(make_body(*args), N, fallback_to_while_loop=False))",
+        "  return tf.convert_to_tensor(",
+        "      tape.gradient(l, args[K], unconnected_gradients='zero'))",
+        "",
+        "",
+        "np.testing.assert_allclose(grad(*ARGS), expected, rtol=2e-4, atol=2e-4)",
+    ]
+    return src + "\n".join(tail) + "\n"
+  call = "vectorize.pfor(body, N, fallback_to_while_loop=False)"
+  run = {
+      "eager": f"out = {call}",
+      "function": f"out = tf.function(lambda: {call}, autograph=False)()",
+      "xla": f"out = tf.function(lambda: {call}, jit_compile=True, autograph=False)()",
+      "dynamic": ("out = tf.function(lambda m: vectorize.pfor(body, m, "
+                  "fallback_to_while_loop=False),\n                  input_signature="
+                  "[tf.TensorSpec([], tf.int32)], autograph=False)(tf.constant(N))"),
+      "n0": ("out = tf.function(lambda: vectorize.pfor(body, 0, fallback_to_while_loop="
+             "False), autograph=False)()\nexpected = tf.nest.map_structure("
+             "lambda x: np.zeros((0,) + np.shape(x[0]), np.asarray(x).dtype), expected)"),
+  }[mode]
+  check_lines = [
+      run,
+      "for o, e in zip(tf.nest.flatten(out), tf.nest.flatten(expected)):",
+      "  o, e = np.asarray(o), np.asarray(e)",
+      "  assert o.shape == e.shape and o.dtype == e.dtype, (o.shape, e.shape, o.dtype)",
+      "  np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)",
+  ]
+  return src + "\n".join(common + check_lines) + "\n"
