@@ -125,8 +125,12 @@ def _loss(outs):
 
 
 def grad_target(program, loaded):
-  """The index of the float input the gradient mode differentiates by (seeded), or None."""
+  """The index in ARGS of the float input the gradient mode differentiates by: the
+  program's pinned `grad_input`, else one chosen by the seed; None if there is none."""
+  names = [inp.name for inp in ir.used_inputs(program) if not inp.variable]
   floats = [k for k, a in enumerate(loaded.args) if a.dtype == tf.float32]
+  if program.grad_input in names and names.index(program.grad_input) in floats:
+    return names.index(program.grad_input)
   if not floats:
     return None
   return random.Random(program.seed).choice(floats)
@@ -209,18 +213,23 @@ class Result:
     return next(iter(fails.items())) if fails else None
 
 
-def check(program, modes=MODES):
-  """Runs the program in `modes`; a Result with one Outcome per mode."""
-  start = time.time()
-  outcomes = {}
+def iter_check(program, modes=MODES):
+  """Yields (mode, Outcome) for each mode as it finishes."""
   try:
     loaded = Loaded(program)
     expected = testing.sequential(loaded.body, program.n)
   except Exception as e:  # pylint: disable=broad-except
-    outcomes = {m: Outcome("invalid", headline(e)) for m in modes}
-    return Result(program.seed, outcomes, time.time() - start)
+    for m in modes:
+      yield m, Outcome("invalid", headline(e))
+    return
   for mode in modes:
-    outcomes[mode] = run_mode(program, loaded, mode, expected)
+    yield mode, run_mode(program, loaded, mode, expected)
+
+
+def check(program, modes=MODES):
+  """Runs the program in `modes` in this process; a Result with one Outcome per mode."""
+  start = time.time()
+  outcomes = dict(iter_check(program, modes))
   return Result(program.seed, outcomes, time.time() - start)
 
 

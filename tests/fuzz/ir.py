@@ -69,6 +69,7 @@ class Program:
   inputs: List[Input]
   stmts: List[Stmt]
   outputs: List[str]
+  grad_input: Optional[str] = None  # pinned by the shrinker; else chosen from the seed
 
   def kinds(self):
     """The statement kinds used, nested ones included (for statistics)."""
