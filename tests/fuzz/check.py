@@ -15,6 +15,8 @@ and `abort`.
 """
 
 import dataclasses
+import hashlib
+import linecache
 import random
 import re
 import time
@@ -107,7 +109,12 @@ class Loaded:
   def __init__(self, program):
     self.source = ir.render(program)
     self.ns = {}
-    exec(compile(self.source, f"<fuzz seed {program.seed}>", "exec"), self.ns)  # pylint: disable=exec-used
+    # Registered with linecache so tracebacks, op tracebacks and autograph see the source.
+    digest = hashlib.sha1(self.source.encode()).hexdigest()[:8]
+    filename = f"<fuzz seed {program.seed} {digest}>"
+    linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True),
+                                 filename)
+    exec(compile(self.source, filename, "exec"), self.ns)  # pylint: disable=exec-used
     self.make_body = self.ns["make_body"]
     self.args = list(self.ns["ARGS"])
     self.body = self.make_body(*self.args)

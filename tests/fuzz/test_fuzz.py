@@ -1,0 +1,56 @@
+"""The fuzzer in CI: a fixed set of seeds, every mode, against the sequential loop.
+
+A failing seed prints its program and the command that shrinks it to a repro. Seeds that
+fail because of a bug not fixed yet are xfailed strictly, so a fix is noticed (remove the
+mark then). Programs that use an op with no converter, or that the loop itself cannot run
+(a generator bug), are skipped with the reason, not failed.
+"""
+
+import pytest
+
+from tests.fuzz import check, ir, programs, shrink
+
+SEEDS = range(100)
+
+# seed -> the failure kind, one line. Keep this short and honest: each is a library bug.
+KNOWN_FAILURES = {}
+
+
+def _params():
+  for seed in SEEDS:
+    reason = KNOWN_FAILURES.get(seed)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    yield pytest.param(seed, marks=marks, id=str(seed))
+
+
+@pytest.mark.parametrize("seed", list(_params()))
+def test_seed(seed):
+  program = programs.generate(seed)
+  result = check.check(program)
+  failures = result.failures()
+  if failures:
+    lines = [f"{mode}: {o.category}: {o.message}" for mode, o in failures.items()]
+    pytest.fail(f"fuzz seed {seed} fails\n" + "\n".join(lines) +
+                f"\nshrink it: python -m tests.fuzz --start {seed} --seeds 1"
+                f"\n{ir.render(program)}", pytrace=False)
+  skipped = {m: o for m, o in result.outcomes.items()
+             if o.category in ("unsupported", "invalid")}
+  if skipped:
+    mode, o = next(iter(skipped.items()))
+    pytest.skip(f"{o.category} in {mode}: {o.message}")
+
+
+def test_generation_is_reproducible():
+  for seed in (0, 7, 123):
+    assert ir.render(programs.generate(seed)) == ir.render(programs.generate(seed))
+
+
+def test_shrink_keeps_the_failure_and_deletes_the_rest():
+  """Shrinking to 'the body still calls tf.nn.softmax' leaves little beyond that call."""
+  seed = next(s for s in range(1000) if "tf.nn.softmax(" in ir.render(programs.generate(s))
+              and len(programs.generate(s).stmts) > 5)
+  program = programs.generate(seed)
+  small = shrink.shrink(program, lambda p: "tf.nn.softmax(" in ir.render(p), budget_s=60)
+  assert "tf.nn.softmax(" in ir.render(small)
+  assert shrink.size(small) < shrink.size(program)
+  assert shrink.size(small) <= 4
