@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from converters import fusions
 from vectorize import values
+from vectorize.family import unless_empty
 from vectorize.registry import register
 from vectorize.values import stacked
 
@@ -62,6 +63,12 @@ def _convert_max_pool_grad(op):
   routed = _tiled_max_pool_grad(op)
   if routed is not None:
     return routed
+  return unless_empty(op, _folded_max_pool_grad)
+
+
+def _folded_max_pool_grad(op):
+  """The loop axis folded into the batch (oneDNN's kernel aborts on an empty batch, hence
+  `unless_empty`)."""
   n, b = op.ctx.n, values.dynamic_shape(op.stacked(2))[1]
   inputs = [values.merge_leading(op.stacked(i)) for i in range(3)]
   return [stacked(values.split_leading(t, n, b)) for t in op.rebuild(inputs)]

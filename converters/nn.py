@@ -17,7 +17,6 @@ Three tricks cover the family:
 Convolutions stored channels-first are transposed to channels-last where they are packed.
 """
 
-import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -26,10 +25,9 @@ import tensorflow as tf
 from converters import backprop
 from vectorize import graph_io
 from vectorize.errors import Unvectorizable
-from vectorize.family import register_leading_batch, register_merge_batch
-from vectorize.op_input import OpInput
+from vectorize.family import register_leading_batch, register_merge_batch, unless_empty
 from vectorize.registry import register
-from vectorize.values import (Value, constant, dynamic_shape, invariant, merge_leading, rank,
+from vectorize.values import (constant, dynamic_shape, invariant, merge_leading, rank,
                               reshape_leading, split_leading, stacked)
 
 
@@ -122,24 +120,6 @@ def _static_ints(dims, what):
   return [int(d) for d in dims]
 
 
-def _unless_empty(op, convert):
-  """`convert(op)` on at least one iteration: kernels reject the zero channels (or the empty
-  batch) that n = 0 makes. Unless n is known to be positive, stacked inputs get zero rows up
-  to one iteration and stacked outputs are cut back to n (no cond, so XLA compiles it too).
-  """
-  if op.ctx.static_n is not None and op.ctx.static_n > 0:
-    return convert(op)
-  n = op.ctx.n if op.ctx.static_n is None else 0
-  m = tf.maximum(n, 1) if op.ctx.static_n is None else 1
-  inputs = [Value(tf.pad(v.tensor, [[0, m - n]] + [[0, 0]] * (rank(v.tensor) - 1)), True)
-            if v.stacked else v for v in op.inputs]
-  ctx = dataclasses.replace(op.ctx, n=tf.convert_to_tensor(m),
-                            static_n=None if op.ctx.static_n is None else 1)
-  values = convert(OpInput(op.op, inputs, ctx))
-  values = [values] if isinstance(values, Value) else values
-  return [stacked(v.tensor[:n]) if v.stacked else v for v in values]
-
-
 def _fold(op, batch_inputs, sizes_input=None):
   """Runs `op` with the loop axis folded into the batch axis, `[n, b, ...] -> [n*b, ...]`.
 
@@ -170,7 +150,7 @@ def _register_fold(*op_types, batch_inputs, sizes_input=None, rejects_empty=Fals
 
   def convert(op):
     if rejects_empty:
-      return _unless_empty(op, lambda op: _fold(op, batch_inputs, sizes_input))
+      return unless_empty(op, lambda op: _fold(op, batch_inputs, sizes_input))
     return _fold(op, batch_inputs, sizes_input)
 
   register(*op_types)(convert)
@@ -441,7 +421,7 @@ def _convert_conv(op):
   convolution. Both stacked: patches."""
   if not op.is_stacked(1):
     return _fold(op, (0,))
-  return _unless_empty(op, _conv_with_stacked_filter)
+  return unless_empty(op, _conv_with_stacked_filter)
 
 
 def _conv_with_stacked_filter(op):
@@ -460,7 +440,7 @@ def _convert_conv_backprop_input(op):
   if not op.is_stacked(1):
     return (backprop.conv_input_gradient_as_conv(op) or
             _fold(op, (2,), sizes_input=0))
-  return _unless_empty(op, _conv_backprop_input_with_stacked_filter)
+  return unless_empty(op, _conv_backprop_input_with_stacked_filter)
 
 
 def _conv_backprop_input_with_stacked_filter(op):
@@ -479,7 +459,7 @@ def _conv_backprop_input_with_stacked_filter(op):
 def _convert_conv_backprop_filter(op):
   """Only out_backprop stacked: packed into output channels; only the input stacked: packed
   into input channels (one op each). Both stacked (per-example gradients): patches."""
-  return _unless_empty(op, _conv_backprop_filter)
+  return unless_empty(op, _conv_backprop_filter)
 
 
 def _conv_backprop_filter(op):
@@ -506,7 +486,7 @@ def _convert_depthwise_conv(op):
   stacked, input channels `n*c`; invariant input, multipliers `n*m` per input channel."""
   if not op.is_stacked(1):
     return _fold(op, (0,))
-  return _unless_empty(op, _depthwise_conv_with_stacked_filter)
+  return unless_empty(op, _depthwise_conv_with_stacked_filter)
 
 
 def _depthwise_conv_with_stacked_filter(op):
@@ -530,7 +510,7 @@ def _convert_depthwise_conv_backprop_input(op):
   `n*c*m` (tiled if invariant: each iteration's filter needs it)."""
   if not op.is_stacked(1):
     return _fold(op, (2,), sizes_input=0)
-  return _unless_empty(op, _depthwise_conv_backprop_input_with_stacked_filter)
+  return unless_empty(op, _depthwise_conv_backprop_input_with_stacked_filter)
 
 
 def _depthwise_conv_backprop_input_with_stacked_filter(op):
@@ -548,7 +528,7 @@ def _depthwise_conv_backprop_input_with_stacked_filter(op):
 def _convert_depthwise_conv_backprop_filter(op):
   """Invariant input: out_backprop packed into multipliers `n*m`. Otherwise input channels
   `n*c` (out_backprop tiled if invariant)."""
-  return _unless_empty(op, _depthwise_conv_backprop_filter)
+  return unless_empty(op, _depthwise_conv_backprop_filter)
 
 
 def _depthwise_conv_backprop_filter(op):
@@ -583,7 +563,7 @@ def _argmax_offsets(op, x, dtype):
 def _convert_max_pool_with_argmax(op):
   """Fold; flat indices that count the batch (include_batch_in_index) get each iteration's
   offset subtracted. The kernel rejects an empty batch."""
-  return _unless_empty(op, _max_pool_with_argmax)
+  return unless_empty(op, _max_pool_with_argmax)
 
 
 def _max_pool_with_argmax(op):
@@ -598,7 +578,7 @@ def _max_pool_with_argmax(op):
 def _convert_max_pool_grad_with_argmax(op):
   """Fold input, gradient and argmax; flat indices that count the batch get each iteration's
   offset added first. The kernel rejects an empty batch."""
-  return _unless_empty(op, _max_pool_grad_with_argmax)
+  return unless_empty(op, _max_pool_grad_with_argmax)
 
 
 def _max_pool_grad_with_argmax(op):
@@ -669,7 +649,7 @@ register_merge_batch("LRNGrad", batch_inputs=(0, 1, 2))
 register_leading_batch("LogSoftmax")
 register_merge_batch("MaxPool")
 register_merge_batch("MaxPool3D")
-register_merge_batch("MaxPool3DGrad", batch_inputs=(0, 1, 2))
+register_merge_batch("MaxPool3DGrad", batch_inputs=(0, 1, 2), rejects_empty=True)
 _register_fold("MaxPool3DGradGrad", batch_inputs=(0, 1, 2), rejects_empty=True)
 register_merge_batch("MaxPoolGradGrad", batch_inputs=(0, 1, 2))
 register_merge_batch("MaxPoolGradGradV2", batch_inputs=(0, 1, 2))

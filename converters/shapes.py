@@ -158,11 +158,12 @@ def _convert_tile(op):
 
 @register("BroadcastTo")
 def _convert_broadcast_to(op):
-  """Pads the stacked input's rank after the loop axis, then broadcasts to `[n] + shape`."""
+  """Pads the stacked input's rank after the loop axis, then broadcasts to `[n] + shape`
+  (ranks known only at run time pad at run time)."""
   shape = op.invariant(1)
-  out_rank = _static_rank(op.output_shape(0), "BroadcastTo's result")
-  in_rank = _static_rank(op.input_shape(0), "BroadcastTo's input")
-  x = values.expand_after_loop_axis(op.stacked(0), out_rank - in_rank)
+  out_rank = shape.shape[0] if shape.shape[0] is not None else tf.size(shape)
+  x = values.expand_after_loop_axis(op.stacked(0), out_rank - values.per_iteration_rank(
+      op.value(0)))
   return stacked(tf.broadcast_to(x, _with_loop_len(op, shape)))
 
 

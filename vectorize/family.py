@@ -6,11 +6,16 @@ is; reductions and other axis-taking ops see their axis shifted past the loop ax
 exactly one batch axis (conv, pool) get the loop axis folded into it and split back after.
 """
 
+import dataclasses
+
+import tensorflow as tf
+
 from vectorize import fallback
 from vectorize import values
 from vectorize.errors import Unvectorizable
+from vectorize.op_input import OpInput
 from vectorize.registry import register
-from vectorize.values import stacked, invariant
+from vectorize.values import Value, stacked, invariant
 
 
 def register_elementwise(*op_types):
@@ -62,14 +67,34 @@ def register_axis_shift(*op_types, axis_input=None, axis_attr=None, data_inputs=
   register(*op_types)(convert)
 
 
-def register_merge_batch(*op_types, batch_inputs=(0,)):
+def unless_empty(op, convert):
+  """`convert(op)` on at least one iteration, for kernels that reject the empty batch or zero
+  channels that n = 0 makes (some abort the process: oneDNN's MaxPoolGrad, on some CPUs).
+  Unless n is known to be positive, stacked inputs get zero rows up to one iteration and
+  stacked outputs are cut back to n (no cond, so XLA compiles it too).
+  """
+  if op.ctx.static_n is not None and op.ctx.static_n > 0:
+    return convert(op)
+  n = op.ctx.n if op.ctx.static_n is None else 0
+  m = tf.maximum(n, 1) if op.ctx.static_n is None else 1
+  inputs = [Value(tf.pad(v.tensor, [[0, m - n]] + [[0, 0]] * (values.rank(v.tensor) - 1)),
+                  True) if v.stacked else v for v in op.inputs]
+  ctx = dataclasses.replace(op.ctx, n=tf.convert_to_tensor(m),
+                            static_n=None if op.ctx.static_n is None else 1)
+  results = convert(OpInput(op.op, inputs, ctx))
+  results = [results] if isinstance(results, Value) else results
+  return [stacked(v.tensor[:n]) if v.stacked else v for v in results]
+
+
+def register_merge_batch(*op_types, batch_inputs=(0,), rejects_empty=False):
   """Ops with one batch axis (axis 0 per iteration): fold the loop axis into it.
 
   `[n, b, ...] -> [n*b, ...]` for each of `batch_inputs` (the others must be invariant), run
-  the op, and split every output back, `[n*b, ...] -> [n, b, ...]`.
+  the op, and split every output back, `[n*b, ...] -> [n, b, ...]`. `rejects_empty`: the
+  kernel cannot take an empty batch, so n = 0 runs it on one padded iteration.
   """
 
-  def convert(op):
+  def merged(op):
     source = next((i for i in batch_inputs if op.is_stacked(i)), batch_inputs[0])
     b = values.dynamic_shape(op.stacked(source))[1]
     inputs = []
@@ -77,6 +102,9 @@ def register_merge_batch(*op_types, batch_inputs=(0,)):
       inputs.append(values.merge_leading(op.stacked(i)) if i in batch_inputs
                     else op.invariant(i))
     return [stacked(values.split_leading(t, op.ctx.n, b)) for t in op.rebuild(inputs)]
+
+  def convert(op):
+    return unless_empty(op, merged) if rejects_empty else merged(op)
 
   register(*op_types)(convert)
 

@@ -6,6 +6,7 @@ the unconverted shape. Converters keep values invariant as long as they can and 
 shape, so they stay correct when n is 0.
 """
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -126,10 +127,26 @@ def reshape_leading(tensor, leading):
 
 
 def expand_after_loop_axis(tensor, num_dims):
-  """`[n, ...] -> [n, 1, ..., 1, ...]`: inserts `num_dims` unit dims after the loop axis."""
+  """`[n, ...] -> [n, 1, ..., 1, ...]`: inserts `num_dims` unit dims after the loop axis.
+
+  `num_dims` may be a scalar tensor (a rank known only at run time): one reshape then.
+  """
+  if isinstance(num_dims, tf.Tensor):
+    shape = tf.shape(tensor)
+    return tf.reshape(tensor, tf.concat([shape[:1], tf.ones([num_dims], tf.int32),
+                                         shape[1:]], 0))
   for _ in range(num_dims):
     tensor = tf.expand_dims(tensor, 1)
   return tensor
+
+
+def per_iteration_rank(value):
+  """The rank of one iteration's value: an int, or a scalar tensor when known only at run
+  time."""
+  r = value.tensor.shape.rank
+  if r is None:
+    r = tf.rank(value.tensor)
+  return r - 1 if value.stacked else r
 
 
 def align_ranks(values):
@@ -137,13 +154,18 @@ def align_ranks(values):
 
   Per-iteration shapes broadcast from the right; a stacked value of lower per-iteration rank
   gets unit dims just after its loop axis, so its loop axis lines up with the other stacked
-  values' and invariant values broadcast into the trailing dims.
+  values' and invariant values broadcast into the trailing dims. Ranks known only at run
+  time give a run-time padding.
   """
-  target = max(rank(v.tensor) - (1 if v.stacked else 0) for v in values)
+  ranks = [per_iteration_rank(v) for v in values]
+  if all(isinstance(r, int) for r in ranks):
+    target = max(ranks)
+  else:
+    target = functools.reduce(tf.maximum, [tf.convert_to_tensor(r) for r in ranks])
   out = []
-  for v in values:
+  for v, r in zip(values, ranks):
     if v.stacked:
-      out.append(expand_after_loop_axis(v.tensor, target - (rank(v.tensor) - 1)))
+      out.append(expand_after_loop_axis(v.tensor, target - r))
     else:
       out.append(v.tensor)
   return out
