@@ -59,18 +59,29 @@ def to_dense(list_tensor, n, element_shape=None):
     raise Unvectorizable(f"TensorList {list_tensor.name} has elements of unknown shape {shape}")
   producer = list_tensor.op
   if producer.type == "TensorListReserve":            # no element set yet: zeros
-    items = tf.zeros(tf.concat([[producer.inputs[1]], shape.as_list()], 0), dtype)
     length = producer.inputs[1]
+    items = _zeros(length, shape, dtype)
   elif producer.type == "EmptyTensorList":
     max_elements = tf.get_static_value(producer.inputs[1])
-    items = tf.zeros([max(int(max_elements), 0) if max_elements is not None else 0] +
-                     shape.as_list(), dtype)
+    items = _zeros(max(int(max_elements), 0) if max_elements is not None else 0, shape, dtype)
     length = tf.constant(0)
   else:
     items = list_ops.tensor_list_stack(list_tensor, dtype, element_shape=shape)  # [cap] + e
     length = list_ops.tensor_list_length(list_tensor)   # under XLA, cap may exceed it
   buffer = tf.tile(items[None], [n, 1] + [1] * shape.rank)
   return DenseList(buffer, tf.fill(tf.reshape(n, [1]), length))
+
+
+def _zeros(count, element_shape, dtype):
+  """`[count] + element_shape` zeros; a static shape where `count` is known at trace time
+  (XLA needs it), and int32 dims even for scalar elements (an empty shape list would
+  otherwise become a float tensor)."""
+  static = tf.get_static_value(count)
+  if static is not None:
+    return tf.zeros([int(static)] + element_shape.as_list(), dtype)
+  dims = tf.concat([tf.reshape(tf.cast(count, tf.int32), [1]),
+                    tf.constant(element_shape.as_list(), tf.int32)], 0)
+  return tf.zeros(dims, dtype)
 
 
 def placeholder(list_tensor, static_n):

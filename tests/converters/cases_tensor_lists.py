@@ -96,3 +96,29 @@ def _add_lists(x, y, index):
 CASES.append(OpCase("AddN-tensor_lists", _add_lists, [[4, 2], [2], []],
                     dtypes=[(tf.float32, tf.float32, tf.int32)],
                     make=[None, None, indices_below(4)], op_types=("AddN",)))
+
+
+def _scalar_elements(x, index):
+  """A list of scalars (element shape `[]`): the zeros of an unset element need an int32
+  shape even though the element shape is empty."""
+  lst = list_ops.tensor_list_reserve([], 2, x.dtype)
+  lst = list_ops.tensor_list_set_item(lst, index, x)
+  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[])
+
+
+def _scalars_in_loop(x, trips):
+  """A TensorArray of scalars written by a loop with a per-iteration trip count."""
+  ta = tf.TensorArray(x.dtype, 5, element_shape=[])
+  _, ta = tf.while_loop(lambda k, ta: k < trips, lambda k, ta: (k + 1, ta.write(k, x[k])),
+                        (0, ta))
+  return ta.stack()
+
+
+CASES += [
+    OpCase("TensorListSetItem-scalar_elements", _scalar_elements, [[], []],
+           dtypes=[(tf.int32, tf.int32), (tf.float32, tf.int32)],
+           make=[None, indices_below(2)], op_types=("TensorListSetItem",)),
+    OpCase("TensorListSetItem-scalars_in_loop", _scalars_in_loop, [[5], []],
+           dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
+           patterns=[(False, True), (True, True)], op_types=("TensorListSetItem", "While")),
+]
