@@ -49,8 +49,10 @@ class Outcome:
 
 
 def normalize(message):
-  text = re.sub(r"'[^']*'", "'?'", message)
+  text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
+  text = re.sub(r"'[^']*'", "'?'", text)
   text = re.sub(r"\d+", "#", text)
+  text = re.sub(r"\([#, None]*\)", "(...)", text)  # shapes
   return text[:110]
 
 

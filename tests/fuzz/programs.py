@@ -124,8 +124,12 @@ class Generator:
 
   def load(self, shape, dtype, low=None, high=None):
     """A per-iteration value read from a captured [NMAX, ...] input (or variable) with i."""
-    variable = self.rng.random() < 0.12
-    inp = self.new_input(shape, dtype, True, variable, low, high)
+    same = [x for x in self.inputs if x.per_iteration and x.shape == tuple(shape) and
+            x.dtype == dtype and (x.low, x.high) == (low, high)]
+    if same and self.rng.random() < 0.3:
+      inp = self.rng.choice(same)  # the same data read again, maybe at another index
+    else:
+      inp = self.new_input(shape, dtype, True, self.rng.random() < 0.12, low, high)
     forms = ["{0}[i]", "tf.gather({0}, i)", "{0}[-1 - i]", "{0}[i, ...]",
              "tf.squeeze({0}[i:i + 1], 0)", "tf.gather({0}, tf.math.floormod(i * 3 + 1, 4))"]
     form = self.rng.choice(forms)
@@ -134,7 +138,11 @@ class Generator:
   def invariant(self, shape, dtype, low=None, high=None):
     """A loop-invariant captured tensor (or a read of a variable)."""
     if self.rng.random() < 0.12:
-      inp = self.new_input(shape, dtype, False, True, low, high)
+      same = [x for x in self.inputs if x.variable and not x.per_iteration and
+              x.shape == tuple(shape) and x.dtype == dtype]
+      # A variable read in several places (branches, loops) as well as a new one.
+      inp = (self.rng.choice(same) if same and self.rng.random() < 0.5 else
+             self.new_input(shape, dtype, False, True, low, high))
       form = self.rng.choice(["{0}.read_value()", "tf.identity({0})",
                               "tf.convert_to_tensor({0})"])
       return self.emit(form, [inp.name], shape, dtype, "variable_read")
