@@ -88,10 +88,7 @@ def _convert_tensor_list_stack(op):
   """`[n, length] + element_shape`: the per-iteration lengths are equal where stacking is
   meaningful (the sequential result would be ragged otherwise)."""
   dense = _dense(op, 0)
-  length = op.output_shape(0)[0]
-  if length is None:   # with no iteration, the capacity stands for the length
-    length = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
-  return stacked(dense.buffer[:, :length])
+  return stacked(dense.buffer[:, :_common_length(op, dense, op.output_shape(0)[0])])
 
 
 @register("TensorListConcatV2")
@@ -99,9 +96,7 @@ def _convert_tensor_list_concat_v2(op):
   """The elements joined along their first axis, `[n, length * e0] + rest`, and the
   per-element lengths (e0 each): elements of a stacked list share one shape."""
   dense = _dense(op, 0)
-  length = op.output_shape(1)[0]
-  if length is None:
-    length = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
+  length = _common_length(op, dense, op.output_shape(1)[0])
   items = dense.buffer[:, :length]                      # [n, length, e0] + rest
   shape = values.dynamic_shape(items)
   if len(shape) < 3:
@@ -163,6 +158,41 @@ def sum_of_lists(op):
   """AddN of TensorLists, one of them stacked: the DenseLists summed element by element."""
   element_shape = next(v.tensor.buffer.shape[2:] for v in op.inputs if v.stacked)
   return _list_value(lists.add([_dense(op, i, element_shape) for i in range(op.num_inputs)]))
+
+
+def _common_length(op, dense, static_length):
+  """The one length every iteration's list has where stacking or concatenating is
+  meaningful: the op's static length, else under static shapes the buffer's static capacity
+  where XLA could not compute the lengths at compile time (after a loop: XLA's own
+  TensorList ops report the capacity too), else the longest list (the capacity when n = 0,
+  as no list says how long it is)."""
+  if static_length is not None:
+    return static_length
+  longest = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
+  if (op.ctx.static_shapes and dense.buffer.shape[1] is not None and
+      not _from_constants(longest)):
+    return dense.buffer.shape[1]
+  return longest
+
+
+_RUN_TIME_OPS = frozenset(["Placeholder", "_Arg", "While", "StatelessWhile", "If",
+                           "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
+                           "StatefulPartitionedCall"])
+
+
+def _from_constants(tensor, limit=200):
+  """Whether `tensor` is computed from constants only, so XLA can fold it to a
+  compile-time size (a bounded walk; a long history counts as not)."""
+  seen, frontier = set(), [tensor.op]
+  while frontier:
+    o = frontier.pop()
+    if o.type in _RUN_TIME_OPS or o._is_stateful or len(seen) > limit:  # pylint: disable=protected-access
+      return False
+    for t in o.inputs:
+      if t.op.name not in seen:
+        seen.add(t.op.name)
+        frontier.append(t.op)
+  return True
 
 
 def _max_or_zero(x):

@@ -122,3 +122,18 @@ CASES += [
            dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
            patterns=[(False, True), (True, True)], op_types=("TensorListSetItem", "While")),
 ]
+
+
+def _concat_after_loop(x, trips):
+  """`TensorArray.concat()` after a loop with a per-iteration trip count: the length is not
+  static, and under XLA the buffer's static capacity gives it."""
+  ta = tf.TensorArray(x.dtype, 5, element_shape=[1, 2])
+  _, ta = tf.while_loop(lambda k, ta: k < trips,
+                        lambda k, ta: (k + 1, ta.write(k, x[k:k + 1])), (0, ta))
+  return ta.concat()
+
+
+CASES.append(OpCase("TensorListConcatV2-after_loop", _concat_after_loop, [[5, 2], []],
+                    dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
+                    patterns=[(False, True), (True, True)],
+                    op_types=("TensorListConcatV2", "While")))
