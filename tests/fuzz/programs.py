@@ -952,6 +952,7 @@ class Generator:
     ta_vals = [v for v in params + local if v.dtype == FLOAT]
     with_ta = bool(ta_vals) and self.rng.random() < 0.35
     k = len(rets)
+    dynamic = False
     body_ret = "(" + jv.name + " + 1, " + ", ".join("{%d}" % m for m in range(k))
     if with_ta:
       ta_val = self.pick_recent(ta_vals)
@@ -961,16 +962,20 @@ class Generator:
     else:
       body = Block(names, stmts, body_ret + ",)", rets)
     cond = Block(names, [], f"{jv.name} < {trips}", trip_deps)
+    if with_ta and self.rng.random() < 0.3:
+      # An eager TensorArray of dynamic size cannot stack or concat zero elements (TF
+      # fails on the loop itself), so such a loop runs at least once.
+      dynamic = True
+      cond.ret = f"{jv.name} < tf.maximum({trips}, 1)"
     maxit = ", maximum_iterations=5" if self.rng.random() < 0.5 else ""
     init = ", ".join("{%d}" % m for m in range(len(carried)))
     outs = ", ".join("{o%d}" % m for m in range(len(carried)))
     lines = ["{B0}", "{B1}"]
-    fixed = dynamic = False
+    fixed = False
     if with_ta:
       es = list(ta_val.shape)
-      fixed = trips.isdigit() and self.rng.random() < 0.5
-      if self.rng.random() < 0.3:
-        dynamic = True
+      fixed = trips.isdigit() and not dynamic and self.rng.random() < 0.5
+      if dynamic:
         ta_init = f"tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape={es})"
       else:
         ta_init = f"tf.TensorArray(tf.float32, {trips if fixed else 5}, element_shape={es})"
