@@ -19,12 +19,30 @@ from vectorize.values import Value, invariant, stacked
 def _dense(op, i, element_shape=None):
   """Input i as a DenseList (an invariant TensorList is copied to every iteration).
 
-  `element_shape` (of the items being written) completes an unknown element shape.
+  `element_shape` (of the items being written; by default those the op reads) and the op's
+  element dtype complete an unknown element type.
   """
   v = op.value(i)
   if v.stacked:
     return v.tensor
-  return lists.to_dense(v.tensor, op.ctx.n, element_shape)
+  if element_shape is None:
+    element_shape = _read_element_shape(op)
+  dtype = op.attr("element_dtype") if "element_dtype" in op.op.node_def.attr else None
+  return lists.to_dense(v.tensor, op.ctx.n, element_shape, dtype)
+
+
+# Reading ops: (output, leading dims of it that are not the element's).
+_READS = {"TensorListGetItem": (0, 0), "TensorListPopBack": (1, 0), "TensorListStack": (0, 1),
+          "TensorListGather": (0, 1)}
+
+
+def _read_element_shape(op):
+  """The static shape of the elements that `op` reads, or None."""
+  if op.type not in _READS:
+    return None
+  k, skip = _READS[op.type]
+  shape = op.output_shape(k)
+  return shape[skip:] if shape.rank is not None else None
 
 
 def _per_iteration(op, i):

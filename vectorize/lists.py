@@ -45,16 +45,45 @@ def element_spec(list_tensor):
   return tf.as_dtype(spec.dtype), tf.TensorShape(spec.shape)
 
 
-def to_dense(list_tensor, n, element_shape=None):
+def _hinted_spec(list_tensor, element_shape, element_dtype):
+  """(dtype, shape) of the elements from the handle data, completed by the hints of the op
+  using the list. A list captured from eager code may have no handle data (an empty list)
+  or a wrong one (`tensor_list_from_tensor` records the whole tensor's shape): the op's
+  `element_dtype` and the shape of the items it writes or reads then stand in."""
+  try:
+    dtype, shape = element_spec(list_tensor)
+  except Unvectorizable:
+    if element_dtype is None:
+      raise
+    dtype, shape = element_dtype, tf.TensorShape(None)
+  if element_shape is not None:
+    element_shape = tf.TensorShape(element_shape)
+    shape = (shape.merge_with(element_shape) if shape.is_compatible_with(element_shape)
+             else element_shape)
+  return dtype, shape
+
+
+def _with_element_spec(list_tensor, dtype, shape):
+  """`list_tensor`, through an Identity with corrected handle data where its own is missing
+  or wrong (TF's shape inference of the ops reading it would otherwise fail)."""
+  try:
+    if element_spec(list_tensor) == (dtype, shape):
+      return list_tensor
+  except Unvectorizable:
+    pass
+  alias = tf.identity(list_tensor)
+  handle_data_util.set_handle_data(alias, handle_data_util.create_handle_data(shape, dtype))
+  return alias
+
+
+def to_dense(list_tensor, n, element_shape=None, element_dtype=None):
   """An invariant TensorList as a DenseList with the same elements in every iteration.
 
   An empty list with a known `max_num_elements` (as while loops under XLA make) gets that
-  capacity, so that pushes need no growth. `element_shape` completes an unknown element
-  shape (e.g. from the item being written).
+  capacity, so that pushes need no growth. `element_shape` and `element_dtype` (from the
+  op using the list: the items it writes or reads) complete an unknown element type.
   """
-  dtype, shape = element_spec(list_tensor)
-  if element_shape is not None:
-    shape = shape.merge_with(element_shape)
+  dtype, shape = _hinted_spec(list_tensor, element_shape, element_dtype)
   if not shape.is_fully_defined():
     raise Unvectorizable(f"TensorList {list_tensor.name} has elements of unknown shape {shape}")
   producer = list_tensor.op
@@ -66,6 +95,7 @@ def to_dense(list_tensor, n, element_shape=None):
     items = _zeros(max(int(max_elements), 0) if max_elements is not None else 0, shape, dtype)
     length = tf.constant(0)
   else:
+    list_tensor = _with_element_spec(list_tensor, dtype, shape)
     items = list_ops.tensor_list_stack(list_tensor, dtype, element_shape=shape)  # [cap] + e
     length = list_ops.tensor_list_length(list_tensor)   # under XLA, cap may exceed it
   buffer = tf.tile(items[None], [n, 1] + [1] * shape.rank)
