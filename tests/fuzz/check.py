@@ -53,6 +53,8 @@ def normalize(message):
   text = re.sub(r"'[^']*'", "'?'", text)
   text = re.sub(r"\d+", "#", text)
   text = re.sub(r"\([#, None]*\)", "(...)", text)  # shapes
+  text = re.sub(r"\[[#, ]*\]", "[...]", text)
+  text = re.sub(r"(\w)_#", r"\1", text)  # node names: Fill_3 is Fill
   return text[:110]
 
 
