@@ -51,8 +51,10 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
       if op.name in ctx.reductions:
         results = _convert_reduction(op, env, ctx)
       else:
-        results = _convert_op(op, [_lookup(env, t, op) for t in op.inputs], ctx,
-                              lambda t: env.get(t.ref()))
+        inputs = [_lookup(env, t, op) for t in op.inputs]
+        results = _convert_op(op, inputs, ctx, lambda t: env.get(t.ref()))
+        if _own_gradient(op):
+          results = _with_own_gradient(op, inputs, results, ctx, lambda t: env.get(t.ref()))
     if isinstance(results, tf.Operation):
       emitted[op] = [results]
       continue
@@ -116,8 +118,20 @@ def _lookup(env, tensor, user):
 
 # Op types that must go through their converter even when all inputs are invariant:
 # FakeParam (cond_v2's stand-in for an untaken branch's intermediate) yields uninitialized
-# memory, which a masked conditional could otherwise mix into its lanes.
-_NEVER_COPIED = frozenset(["FakeParam"])
+# memory, which a masked conditional could otherwise mix into its lanes; a copied
+# PartitionedCall would have no gradient (TensorFlow attaches it to the op it creates).
+_NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall"])
+
+
+def _own_gradient(op):
+  """Whether op's gradient is overridden (`tf.custom_gradient`): it must be vectorized too."""
+  from vectorize.control_flow import calls  # pylint: disable=import-outside-toplevel
+  return calls.gradient_override(op) is not None
+
+
+def _with_own_gradient(op, inputs, results, ctx, lookup):
+  from vectorize.control_flow import calls  # pylint: disable=import-outside-toplevel
+  return calls.with_own_gradient(op, inputs, results, ctx, lookup)
 
 
 def _convert_reduction(op, env, ctx):
@@ -185,6 +199,9 @@ def _check_results(op, results, ctx):
       raise ConversionError(
           f"Converter for {op.type} changed the dtype of output {k} of {op.name}: "
           f"{t.dtype.name} became {v.tensor.dtype.name}.")
+    if isinstance(v.tensor, lists.DenseList):
+      _set_loop_length(v.tensor, ctx.static_n)
+      continue
     expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
     if not isinstance(v.tensor, tf.Tensor) or hasattr(v.tensor, "numpy"):
       continue
@@ -194,6 +211,14 @@ def _check_results(op, results, ctx):
           f"{op.name}; expected {expected} ({'stacked' if v.stacked else 'invariant'}).")
     v.tensor.set_shape(expected)
   return results
+
+
+def _set_loop_length(dense, static_n):
+  """Sets the loop axis of a stacked TensorList's tensors to n where n is static (a loop
+  carrying the list needs it to match its initial value)."""
+  for t in dense:
+    if static_n is not None and t.shape.rank:
+      t.set_shape(tf.TensorShape([static_n]).concatenate(t.shape[1:]))
 
 
 _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (
@@ -207,14 +232,17 @@ def _is_library_file(filename):
           os.sep + "_pytest" + os.sep in filename or os.sep + "keras" + os.sep in filename)
 
 
-def _describe_failure(op, reason):
-  where = ""
+def user_location(op):
+  """' created at file:line' for the user's line that created `op`, or ''."""
   tb = getattr(op, "traceback", None)
-  if tb:
-    frames = [f for f in tb if not _is_library_file(f.filename)]
-    if frames:
-      frame = frames[-1]
-      where = f" created at {frame.filename}:{frame.lineno}"
+  frames = [f for f in tb or () if not _is_library_file(f.filename)]
+  if not frames:
+    return ""
+  return f" created at {frames[-1].filename}:{frames[-1].lineno}"
+
+
+def _describe_failure(op, reason):
+  where = user_location(op)
   return (
       f"Cannot vectorize op {op.name!r} of type {op.type}{where}: {reason}. "
       "Fallback to a sequential loop is disabled (fallback_to_while_loop=False). To fix: "
