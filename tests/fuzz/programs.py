@@ -974,7 +974,7 @@ class Generator:
     fixed = False
     if with_ta:
       es = list(ta_val.shape)
-      fixed = trips.isdigit() and not dynamic and self.rng.random() < 0.5
+      fixed = trips.isdigit() and trips != "0" and not dynamic and self.rng.random() < 0.5
       if dynamic:
         ta_init = f"tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape={es})"
       else:
