@@ -3,6 +3,7 @@
   python -m benchmarks.run --quick              # about 5 minutes on a 2-core CPU
   python -m benchmarks.run                      # all batch sizes, more rounds
   python -m benchmarks.run --suite=linear,convnet --batch_sizes=32,128 --noxla
+  python -m benchmarks.run --suite=varlen_lstm,varlen_lstm_variables --nograppler
 
 Writes `<device>.md` (targets first), `<device>.json` and `<device>.png` to --out; a quick run
 writes `<device>-quick.*`. Exits non-zero when a vectorize form fails or gives a wrong result.
@@ -37,6 +38,8 @@ flags.DEFINE_bool("xla", True, "also run every form under XLA (jit_compile=True)
 flags.DEFINE_string("out", os.path.join(os.path.dirname(__file__), "results"),
                     "directory for the table, JSON and plot")
 flags.DEFINE_integer("rounds", None, "timing rounds (default 3 with --quick, else 7)")
+flags.DEFINE_bool("grappler", True, "run TensorFlow's graph optimizer (Grappler); "
+                  "--nograppler times every form as emitted")
 FLAGS = flags.FLAGS
 
 
@@ -82,12 +85,15 @@ def main(argv):
   del argv
   tf.get_logger().setLevel("ERROR")   # TF's pfor warns per fallback op
   description, tag = device()
+  if not FLAGS.grappler:
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    tag += "-nograppler"
   rounds = FLAGS.rounds or (3 if FLAGS.quick else 7)
   selected = _selected()
   results = {"device": description, "tensorflow": tf.__version__,
              "date": datetime.date.today().isoformat(), "rounds": rounds,
              "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
-             "quick": FLAGS.quick, "workloads": []}
+             "quick": FLAGS.quick, "grappler": FLAGS.grappler, "workloads": []}
   _warm_up()
   start = time.perf_counter()
   broken = []

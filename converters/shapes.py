@@ -67,9 +67,13 @@ def _stack_all(op, indices):
 def _convert_identity(op):
   """Passes the value through, stacked or not (kept as an op so gradients stop where asked).
 
-  A stacked TensorList (a `DenseList` of tensors) passes field by field.
+  A plain Identity (no device, no control inputs) emits nothing: the body's identities
+  (while_loop wraps every loop variable in one) would otherwise run in every step of an
+  emitted loop. A stacked TensorList (a `DenseList` of tensors) passes field by field.
   """
   v = op.value(0)
+  if op.type == "Identity" and not op.op.device and not op.op.control_inputs:
+    return v
   if isinstance(v.tensor, DenseList):
     return Value(DenseList(*[op.rebuild([t], {"T": t.dtype})[0] for t in v.tensor]), True)
   return Value(op.rebuild([v.tensor])[0], v.stacked)

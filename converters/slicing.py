@@ -193,7 +193,10 @@ def _slice_by_plan(x, plan, new_axes, dtype, what):
     with tf.control_dependencies(checks):
       for pos, p in reversed(positions):
         indices = _range_indices(p)
-        if x.stacked:
+        rows_of = _row_gather(x.tensor) if x.stacked and pos == 0 else None
+        if rows_of is not None:
+          x = stacked(_gather_rows_and_indices(*rows_of, indices))
+        elif x.stacked:
           x = stacked(tf.gather(x.tensor, indices, axis=pos + 1, batch_dims=1))
         else:
           x = stacked(_move_axis(tf.gather(x.tensor, indices, axis=pos), pos, 0))
@@ -201,6 +204,25 @@ def _slice_by_plan(x, plan, new_axes, dtype, what):
   for pos in new_axes:
     out = tf.expand_dims(out, pos + int(x.stacked))
   return values.Value(out, x.stacked)
+
+
+def _row_gather(tensor):
+  """`(source, rows)` when `tensor` is `tf.gather(source, rows)` on axis 0 (how a converted
+  loop reads a sequence it carries whole at its active positions), else None."""
+  op = tensor.op
+  if (op.type != "GatherV2" or op.get_attr("batch_dims") != 0 or
+      tf.get_static_value(op.inputs[2]) != 0 or op.inputs[1].shape.rank != 1):
+    return None
+  return op.inputs[0], op.inputs[1]
+
+
+def _gather_rows_and_indices(source, rows, indices):
+  """`source[rows[j], indices[j]]` per iteration j, one gather_nd: the rows of `source` are
+  never copied whole (`indices` is `[n]`, or `[n, length]` for a range per iteration)."""
+  rows = tf.cast(rows, indices.dtype)
+  if indices.shape.rank == 2:
+    rows = tf.broadcast_to(rows[:, tf.newaxis], tf.shape(indices))
+  return tf.gather_nd(source, tf.stack([rows, indices], axis=-1))
 
 
 def _has_fixed(plan):

@@ -11,6 +11,7 @@ ALL = (
     linear.WORKLOAD,
     convnet.WORKLOAD,
     varlen_lstm.WORKLOAD,
+    varlen_lstm.VARIABLES,
     per_example_gradients.CONVNET,
     per_example_gradients.LSTM,
     jacobians.VGG,

@@ -1,6 +1,8 @@
 """The paper's variable-length LSTM: each example runs its own `tf.while_loop` to its own
 length (drawn from 1..100); hand-batched runs the batch to the longest length, masked."""
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -10,10 +12,12 @@ from benchmarks import workload
 INPUT, STATE, MAX_LENGTH = 128, 256, 100
 
 
-def build(batch, jit_compile=False):
+def build(batch, jit_compile=False, variables=False):
   del jit_compile
   rng = np.random.default_rng(0)
   params = models.lstm_params(INPUT, STATE)
+  if variables:     # as users hold weights: read inside the loop, a stateful While
+    params = {k: tf.Variable(v) for k, v in params.items()}
   sequences = tf.constant(rng.standard_normal([batch, MAX_LENGTH, INPUT]), tf.float32)
   lengths = tf.constant(rng.integers(1, MAX_LENGTH + 1, [batch]), tf.int32)
   return workload.map_forms(
@@ -22,13 +26,22 @@ def build(batch, jit_compile=False):
       signature=tf.float32)
 
 
+_FORMS = {workload.HAND: "masked to the longest length", workload.LOOP: "tf.map_fn",
+          workload.TF_PFOR: "tf.vectorized_map", workload.VECTORIZE: "vectorize.vectorized_map"}
+
 WORKLOAD = workload.Workload(
     name="varlen_lstm",
     title=f"LSTM (input {INPUT}, state {STATE}) over sequences of lengths 1..{MAX_LENGTH}, "
           "each to its own length; final state",
     unit="sequences",
     build=build,
-    forms={workload.HAND: "masked to the longest length", workload.LOOP: "tf.map_fn",
-           workload.TF_PFOR: "tf.vectorized_map",
-           workload.VECTORIZE: "vectorize.vectorized_map"},
+    forms=_FORMS,
+)
+
+VARIABLES = workload.Workload(
+    name="varlen_lstm_variables",
+    title="The same LSTM with its weights in tf.Variables (read inside the loop)",
+    unit="sequences",
+    build=functools.partial(build, variables=True),
+    forms=_FORMS,
 )

@@ -26,7 +26,8 @@ def test_forms_agree_with_hand_batched(workload):
 
 
 @pytest.mark.parametrize("workload", [w for w in workloads.ALL if w.name in
-                                      ("varlen_lstm", "per_example_lstm", "data_pipeline")],
+                                      ("varlen_lstm", "varlen_lstm_variables", "per_example_lstm",
+                                       "data_pipeline")],
                          ids=lambda w: w.name)
 def test_vectorize_under_xla_agrees(workload):
   forms = workload.build(3, True)

@@ -133,27 +133,36 @@ def _invariant_loop(op, cond_graph, body_graph, init, flags):
 
 def _active_set_loop(op, cond_graph, body_graph, init, flags):
   ctx = op.ctx
-  stacked_ids = [k for k, f in enumerate(flags) if f]
+  # A stacked variable the body passes through (a sequence the loop reads) stays whole in
+  # the state, all n rows, and is gathered to the active positions where it is read (so a
+  # read of one step's row is one small gather). Only the variables the body changes shrink
+  # with the active set and need accumulators for their final values.
+  fixed = [f and _is_passthrough(body_graph, k) for k, f in enumerate(flags)]
+  stacked_ids = [k for k, f in enumerate(flags) if f and not fixed[k]]
   unknown_n = tf.TensorShape([None])
+
+  def live(positions, state):
+    return [Value(tf.gather(t, positions), True) if fixed[k] else Value(t, f)
+            for k, (t, f) in enumerate(zip(state, flags))]
 
   def evaluate_cond(positions, state):
     sub_ctx = ctx.subset(positions)
-    values = [Value(t, f) for t, f in zip(state, flags)]
-    pred = walker.convert_graph(cond_graph, values, sub_ctx)[0][0]
+    pred = walker.convert_graph(cond_graph, live(positions, state), sub_ctx)[0][0]
     return stack(pred, sub_ctx.n)
 
   def step(positions, state, accumulators):
     running = evaluate_cond(positions, state)
     finished = tf.where(tf.logical_not(running))[:, 0]
+    finished_positions = tf.gather(positions, finished)[:, None]
     accumulators = [
-        tf.tensor_scatter_nd_update(acc, tf.gather(positions, finished)[:, None],
-                                    tf.gather(state[k], finished))
+        tf.tensor_scatter_nd_update(acc, finished_positions, tf.gather(state[k], finished))
         for acc, k in zip(accumulators, stacked_ids)]
     keep = tf.where(running)[:, 0]
     positions = tf.gather(positions, keep)
-    state = [tf.gather(t, keep) if f else t for t, f in zip(state, flags)]
-    values = [Value(t, f) for t, f in zip(state, flags)]
-    state = _run_body(body_graph, values, flags, ctx.subset(positions))
+    state = [tf.gather(t, keep) if f and not fixed[k] else t
+             for k, (t, f) in enumerate(zip(state, flags))]
+    new_state = _run_body(body_graph, live(positions, state), flags, ctx.subset(positions))
+    state = [old if fixed[k] else new for k, (new, old) in enumerate(zip(new_state, state))]
     return positions, state, accumulators
 
   def loop_body(positions, state, accumulators):
@@ -163,14 +172,15 @@ def _active_set_loop(op, cond_graph, body_graph, init, flags):
   initial = (tf.range(ctx.n), [v.tensor for v in init], [init[k].tensor for k in stacked_ids])
   invariants = (
       unknown_n,
-      [tf.TensorShape([None]).concatenate(op.op.outputs[k].shape) if f
+      [_shape_invariant(op, k, init[k].tensor, True) if fixed[k] else
+       tf.TensorShape([None]).concatenate(op.op.outputs[k].shape) if f
        else op.op.outputs[k].shape for k, f in enumerate(flags)],
       [_shape_invariant(op, k, init[k].tensor, True) for k in stacked_ids])
   _, state, accumulators = tf.while_loop(
       lambda positions, *_: tf.size(positions) > 0, loop_body, initial,
       shape_invariants=invariants, parallel_iterations=op.attr("parallel_iterations"))
   finals = dict(zip(stacked_ids, accumulators))
-  return [stacked(finals[k]) if f else Value(t, False)
+  return [stacked(finals.get(k, init[k].tensor)) if f else Value(t, False)
           for k, (t, f) in enumerate(zip(state, flags))]
 
 
