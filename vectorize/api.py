@@ -47,7 +47,7 @@ _eager_cache = collections.OrderedDict()
 _last_report = [None]
 
 
-def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, warn=False):
+def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, warn=True):
   """Runs `loop_fn(i)` for i in 0..iters-1 as one vectorized computation.
 
   Args:
@@ -60,7 +60,8 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
     fallback_to_while_loop: when an op cannot be vectorized, run it in a sequential loop
       instead of raising `ConversionError`.
     parallel_iterations: if set, the iterations run in chunks of this size, to bound memory.
-    warn: log a warning for each op type that falls back to the sequential loop.
+    warn: log a warning for each op type that falls back to the sequential loop. On by
+      default (TensorFlow's pfor defaults to False): a fallback is slow, and says so.
 
   Returns:
     loop_fn's output structure, each tensor with a new leading axis of size `iters`; None
@@ -487,13 +488,11 @@ def static_shapes(enabled=True):
     _options.static_shapes = previous
 
 
-def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=False):
+def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True):
   body = TracedBody(loop_fn)
   static_n = iters if isinstance(iters, int) else None
   n = tf.constant(iters, tf.int32) if static_n is not None else _run_time_n(iters)
-  report = Report()
-  if not warn:
-    report.warned_types = _EveryType()
+  report = Report(warn=warn)
   _last_report[0] = report
   chunked = parallel_iterations is not None and (static_n is None or
                                                  static_n > parallel_iterations)
@@ -511,13 +510,6 @@ def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=False):
       flat, operations = _convert_in_chunks(body, n, static_n, parallel_iterations, fallback,
                                             report)
   return body.pack(flat, operations)
-
-
-class _EveryType(set):
-  """A `Report.warned_types` that holds every op type: the fallback warns for none."""
-
-  def __contains__(self, op_type):
-    return True
 
 
 def _convert_in_chunks(body, n, static_n, chunk_size, fallback, report):

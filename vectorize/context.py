@@ -25,8 +25,9 @@ class OpRecord:
 class Report:
   """The conversion log of one pfor call, shared by nested contexts."""
 
-  def __init__(self):
+  def __init__(self, warn=True):
     self.records = []
+    self.warn = warn             # log the first fallback of each op type
     self.warned_types = set()
 
   def add(self, op, kind, reason=""):

@@ -15,7 +15,7 @@ from vectorize.values import stacked
 
 
 def warn_once(op, ctx, reason):
-  if op.type not in ctx.report.warned_types:
+  if ctx.report.warn and op.type not in ctx.report.warned_types:
     ctx.report.warned_types.add(op.type)
     logging.warning(
         "vectorize: op type %s (e.g. %s) has no vectorized form here (%s); it runs in a "
