@@ -15,20 +15,29 @@ Stacked predicate, static shapes (XLA): every branch that some iteration takes r
 n lanes; lanes that do not take it compute on the inputs of the first iteration that does
 (valid inputs for that branch, so no NaN or Inf is produced, in values or gradients), and
 each output is selected per lane by the branch mask.
+
+A TensorList output that differs per iteration (a `DenseList`) may have another capacity in
+each branch: it is padded to the largest before branches are combined. The gradient of a
+conditional outputs the branches' intermediates, with a `FakeParam` where a branch lacks
+one; a TensorList one becomes an empty list of the element type the other branch has.
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import handle_data_util
+from tensorflow.python.ops import list_ops
 
 from vectorize import graph_io
+from vectorize import lists
 from vectorize import walker
 from vectorize.registry import register
-from vectorize.values import Value, invariant, select_lanes, stack, stacked
+from vectorize.values import Value, invariant, select_lanes, stack
 
 
 @register("If", "StatelessIf")
 def _convert_if(op):
   graphs = [graph_io.function_graph(op.op, "then_branch"),
             graph_io.function_graph(op.op, "else_branch")]
+  _type_fake_lists(graphs)
   pred = op.value(0)
   if not pred.stacked:
     truth = _truth(pred.tensor)
@@ -40,6 +49,7 @@ def _convert_if(op):
 @register("Case", "StatelessCase")
 def _convert_case(op):
   graphs = [graph_io.find_function(op.op.graph, f.name).graph for f in op.attr("branches")]
+  _type_fake_lists(graphs)
   index = op.value(0)
   if not index.stacked:
     return _invariant_choice(op, graphs, lambda fns: tf.switch_case(index.tensor, fns))
@@ -51,8 +61,33 @@ def _convert_case(op):
 
 @register("FakeParam")
 def _convert_fake_param(op):
-  """An untaken branch's stand-in value: zeros, never uninitialized memory."""
-  return invariant(tf.zeros(op.attr("shape"), op.attr("dtype")))
+  """An untaken branch's stand-in value: zeros (an empty TensorList), never uninitialized
+  memory."""
+  if op.attr("dtype") != tf.variant:
+    return invariant(tf.zeros(op.attr("shape"), op.attr("dtype")))
+  dtype, shape = lists.element_spec(op.op.outputs[0])   # set by _type_fake_lists
+  empty = list_ops.empty_tensor_list(shape, dtype, max_num_elements=0)
+  handle_data_util.copy_handle_data(op.op.outputs[0], empty)
+  return invariant(empty)
+
+
+def _type_fake_lists(graphs):
+  """Gives each variant FakeParam output of a branch the TensorList element type of the
+  other branches' output at its position (cond_v2 leaves it untyped)."""
+  for outputs in zip(*[g.outputs for g in graphs]):
+    fakes = [t for t in map(_through_identity, outputs)
+             if t.op.type == "FakeParam" and t.dtype == tf.variant]
+    typed = [t for t in outputs if t.dtype == tf.variant and
+             handle_data_util.get_resource_handle_data(t).is_set]
+    if fakes and typed:
+      for t in fakes:
+        handle_data_util.copy_handle_data(typed[0], t)
+
+
+def _through_identity(t):
+  while t.op.type == "Identity":
+    t = t.op.inputs[0]
+  return t
 
 
 def _truth(pred):
@@ -78,16 +113,41 @@ def _invariant_choice(op, graphs, choose):
   arg_flags = [v.stacked for v in args]
   flags = [any(f) for f in zip(*[walker.output_flags(g, arg_flags, ctx) for g in graphs])]
 
+  capacities = _list_capacities(op, graphs, arg_flags, flags) if ctx.static_shapes else {}
+
   def branch_fn(graph):
     def fn():
       outputs, _ = walker.convert_graph(graph, args, ctx)
-      return [stack(v, ctx.n) if flag else v.tensor for v, flag in zip(outputs, flags)]
+      outs = [stack(v, ctx.n) if flag else v.tensor for v, flag in zip(outputs, flags)]
+      return [_pad_capacity(t, capacities[k]) if k in capacities else t
+              for k, t in enumerate(outs)]
     return fn
 
   results = choose([branch_fn(g) for g in graphs])
   if not op.op.outputs:
     return results if isinstance(results, tf.Operation) else tf.group(results)
-  return [Value(t, flag) for t, flag in zip(tf.nest.flatten(results), flags)]
+  return [Value(t, flag) for t, flag in zip(_as_list(results), flags)]
+
+
+def _list_capacities(op, graphs, arg_flags, flags):
+  """{output position: the largest static capacity over branches} for stacked TensorList
+  outputs (XLA needs both branches of a conditional to agree on shapes)."""
+  per_branch = [walker.dry_run(g, arg_flags, op.ctx) for g in graphs]
+  capacities = {}
+  for k, flag in enumerate(flags):
+    buffers = [outs[k].tensor.buffer for outs in per_branch
+               if isinstance(outs[k].tensor, lists.DenseList)]
+    sizes = [b.shape[1] for b in buffers]
+    if flag and buffers and all(c is not None for c in sizes):
+      capacities[k] = max(sizes)
+  return capacities
+
+
+def _as_list(outputs):
+  """A conditional's outputs as a list (a single DenseList or tensor is one output)."""
+  if isinstance(outputs, (list, tuple)) and not isinstance(outputs, lists.DenseList):
+    return list(outputs)
+  return [outputs]
 
 
 def _stacked_choice(op, graphs, branch_index):
@@ -105,24 +165,38 @@ def _partitioned_choice(op, graphs, branch_index):
     per_branch.append(_run_if_taken(op, graph, pos, args, ctx))
   outputs = []
   for k in range(len(op.op.outputs)):
-    outputs.append(stacked(tf.dynamic_stitch(positions, [outs[k] for outs in per_branch])))
+    outputs.append(Value(_stitch(positions, [outs[k] for outs in per_branch]), True))
   return outputs
+
+
+def _stitch(positions, parts):
+  """The branches' stacked outputs put back in iteration order."""
+  if not isinstance(parts[0], lists.DenseList):
+    return tf.dynamic_stitch(positions, parts)
+  parts = _common_capacity(parts)
+  return lists.DenseList(tf.dynamic_stitch(positions, [p.buffer for p in parts]),
+                         tf.dynamic_stitch(positions, [p.lengths for p in parts]))
 
 
 def _run_if_taken(op, graph, positions, args, ctx):
   """The branch's stacked outputs for the iterations at `positions` (skipped if none)."""
   sub_ctx = ctx.subset(positions)
-  sub_args = [Value(tf.gather(v.tensor, positions), True) if v.stacked else v for v in args]
+  sub_args = [Value(gather_rows(v.tensor, positions), True) if v.stacked else v for v in args]
 
   def run():
     outputs, _ = walker.convert_graph(graph, sub_args, sub_ctx)
     return [stack(v, sub_ctx.n) for v in outputs]
 
-  shapes = [t.shape for t in op.op.outputs]
-  if not op.op.outputs or not all(s.is_fully_defined() for s in shapes):
+  if not _zeros_can_stand_for(op.op.outputs):
     return run()
 
   return tf.cond(tf.size(positions) > 0, run, lambda: _zeros(0, op.op.outputs))
+
+
+def _zeros_can_stand_for(outputs):
+  """Whether zeros of a static shape can stand for `outputs` where a branch is skipped."""
+  return bool(outputs) and all(t.shape.is_fully_defined() and t.dtype != tf.variant
+                               for t in outputs)
 
 
 def _zeros(n, like):
@@ -143,19 +217,60 @@ def _masked_choice(op, graphs, branch_index):
     def run(graph=graph, mask=mask, first_taker=first_taker):
       source = tf.where(mask, lanes, first_taker)
       lane_ctx = ctx.subset(source, static_n=ctx.static_n)
-      lane_args = [Value(tf.gather(v.tensor, source), True) if v.stacked else v for v in args]
+      lane_args = [Value(gather_rows(v.tensor, source), True) if v.stacked else v
+                   for v in args]
       outputs, _ = walker.convert_graph(graph, lane_args, lane_ctx)
       return [stack(v, ctx.n) for v in outputs]
 
-    shapes = [t.shape for t in op.op.outputs]
-    if op.op.outputs and all(s.is_fully_defined() for s in shapes):
+    if _zeros_can_stand_for(op.op.outputs):
       outs = tf.cond(tf.reduce_any(mask), run, lambda: _zeros(ctx.n, op.op.outputs))
     else:
       outs = run()
-    outs = tf.nest.flatten(outs)
+    outs = _as_list(outs)
     if result is None:
       result = outs
     else:
-      result = [select_lanes(mask, o, r) for o, r in zip(outs, result)]
-  return [stacked(t) for t in result]
+      result = [select(mask, o, r) for o, r in zip(outs, result)]
+  return [Value(t, True) for t in result]
+
+
+def gather_rows(value, positions):
+  """Rows `positions` of a stacked tensor or DenseList."""
+  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)
+
+
+def select(mask, taken, other):
+  """Per lane: `taken` where `mask` (`[n]` bool), else `other`: stacked tensors, or
+  DenseLists (padded to a common capacity first)."""
+  if not isinstance(taken, lists.DenseList):
+    return select_lanes(mask, taken, other)
+  taken, other = _common_capacity([taken, other])
+  return lists.DenseList(select_lanes(mask, taken.buffer, other.buffer),
+                         select_lanes(mask, taken.lengths, other.lengths))
+
+
+def _common_capacity(denses):
+  """DenseLists padded with unset (zero) elements to their largest capacity."""
+  sizes = [d.buffer.shape[1] for d in denses]
+  if all(c is not None for c in sizes):
+    capacity = max(sizes)
+  else:
+    capacity = tf.reduce_max(tf.stack([tf.shape(d.buffer)[1] for d in denses]))
+  return [lists.DenseList(_pad_capacity(d.buffer, capacity), d.lengths) for d in denses]
+
+
+def _pad_capacity(dense_or_buffer, capacity):
+  """A buffer (`[n, c] + element_shape`) or DenseList padded with zeros to `capacity`."""
+  if isinstance(dense_or_buffer, lists.DenseList):
+    return lists.DenseList(_pad_capacity(dense_or_buffer.buffer, capacity),
+                           dense_or_buffer.lengths)
+  buffer = dense_or_buffer
+  if isinstance(capacity, int) and buffer.shape[1] == capacity:
+    return buffer
+  paddings = tf.concat([[[0, 0], [0, capacity - tf.shape(buffer)[1]]],
+                        tf.zeros([tf.rank(buffer) - 2, 2], tf.int32)], 0)
+  padded = tf.pad(buffer, paddings)
+  padded.set_shape(buffer.shape[:1].concatenate(
+      [capacity if isinstance(capacity, int) else None]).concatenate(buffer.shape[2:]))
+  return padded
 

@@ -26,8 +26,9 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import lists
 from vectorize import walker
+from vectorize.control_flow import cond
 from vectorize.registry import register
-from vectorize.values import Value, select_lanes, stack, stacked
+from vectorize.values import Value, stack, stacked
 
 
 @register("While", "StatelessWhile")
@@ -198,7 +199,7 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
 
   def borrowed(source, state, fixed_values=None):
     return [fixed_values[k] if fixed_values and fixed[k] else
-            Value(_gather(t, source), True) if f else Value(t, False)
+            Value(cond.gather_rows(t, source), True) if f else Value(t, False)
             for k, (t, f) in enumerate(zip(state, flags))]
 
   def evaluate_cond(source, values):
@@ -210,7 +211,7 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
     values = borrowed(source, state)
     new_state = _run_body(body_graph, values, flags, ctx.subset(source, ctx.static_n))
     state = [old if fixed[k] else
-             tf.nest.map_structure(lambda a, b: select_lanes(active, a, b), new, old) if f
+             cond.select(active, new, old) if f
              else new for k, (new, old, f) in enumerate(zip(new_state, state, flags))]
     active = tf.logical_and(active, evaluate_cond(source, borrowed(source, state, values)))
     return (active,) + tuple(state)
@@ -225,9 +226,3 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body_graph))
   return [Value(t, f) for t, f in zip(results[1:], flags)]
-
-
-def _gather(value, positions):
-  """Rows `positions` of a stacked tensor or DenseList."""
-  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)
-
