@@ -31,6 +31,23 @@ def _dense(op, i, element_shape=None):
   return lists.to_dense(v.tensor, op.ctx.n, element_shape, dtype)
 
 
+def _dense_to_write(op, items, lead=1):
+  """Input 0 as a DenseList whose elements are shaped like `items` (`lead` dims, then an
+  element), which a SetItem, PushBack or Scatter writes into it.
+
+  With static shapes inside a loop or branch, a list whose element shape only the write
+  tells cannot change shape there (XLA fixes the shapes of loop variables and branch
+  outputs): refused.
+  """
+  dense = _dense(op, 0, items.shape[lead:])
+  if (op.ctx.static_shapes and op.ctx.partitioned and
+      not dense.buffer.shape[2:].is_fully_defined()):
+    raise Unvectorizable("the element shape of the TensorList is known only from items "
+                         "written in a loop or branch, which static shapes (XLA) cannot "
+                         "grow into; give the TensorArray an element_shape")
+  return lists.fit_elements(dense, items, lead)
+
+
 # Reading ops: (output, leading dims of it that are not the element's).
 _READS = {"TensorListGetItem": (0, 0), "TensorListPopBack": (1, 0), "TensorListStack": (0, 1),
           "TensorListGather": (0, 1)}
@@ -69,7 +86,7 @@ def _list_value(dense):
 @register("TensorListSetItem")
 def _convert_tensor_list_set_item(op):
   item = op.stacked(2)
-  dense = _dense(op, 0, item.shape[1:])
+  dense = _dense_to_write(op, item)
   index = _per_iteration(op, 1)
   if op.op.get_attr("resize_if_index_out_of_bounds"):
     dense = lists.ensure_capacity(dense, tf.reduce_max(index) + 1, op.ctx.static_shapes)
@@ -87,7 +104,7 @@ def _convert_tensor_list_get_item(op):
 @register("TensorListPushBack")
 def _convert_tensor_list_push_back(op):
   item = op.stacked(1)
-  dense = _dense(op, 0, item.shape[1:])
+  dense = _dense_to_write(op, item)
   dense = lists.ensure_capacity(dense, _max_or_zero(dense.lengths) + 1, op.ctx.static_shapes)
   buffer = tf.tensor_scatter_nd_update(dense.buffer, _at(dense, dense.lengths), item)
   return _list_value(DenseList(_known_elements(buffer, item), dense.lengths + 1))
@@ -162,7 +179,7 @@ def _convert_tensor_list_gather(op):
 @register("TensorListScatterIntoExistingList")
 def _convert_tensor_list_scatter_into_existing_list(op):
   tensor = op.stacked(1)                      # [n, k] + element_shape
-  dense = _dense(op, 0, tensor.shape[2:])
+  dense = _dense_to_write(op, tensor, lead=2)
   indices = op.stacked(2)                     # [n, k]
   k = tf.shape(indices)[1]
   rows = tf.tile(tf.range(tf.shape(indices)[0])[:, None], [1, k])

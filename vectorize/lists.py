@@ -84,8 +84,8 @@ def to_dense(list_tensor, n, element_shape=None, element_dtype=None):
   op using the list: the items it writes or reads) complete an unknown element type.
   """
   dtype, shape = _hinted_spec(list_tensor, element_shape, element_dtype)
-  if not shape.is_fully_defined():
-    raise Unvectorizable(f"TensorList {list_tensor.name} has elements of unknown shape {shape}")
+  if shape.rank is None:
+    raise Unvectorizable(f"TensorList {list_tensor.name} has elements of unknown rank")
   producer = list_tensor.op
   if producer.type == "TensorListReserve":            # no element set yet: zeros
     length = producer.inputs[1]
@@ -105,13 +105,35 @@ def to_dense(list_tensor, n, element_shape=None, element_dtype=None):
 def _zeros(count, element_shape, dtype):
   """`[count] + element_shape` zeros; a static shape where `count` is known at trace time
   (XLA needs it), and int32 dims even for scalar elements (an empty shape list would
-  otherwise become a float tensor)."""
+  otherwise become a float tensor).
+
+  Element dims unknown until an item is written are 1 here and statically unknown: the
+  first write broadcasts them to the item's (`fit_elements`), and a loop that writes
+  its first item keeps a shape invariant and a lane select that broadcast.
+  """
+  dims = [1 if d is None else d for d in element_shape.as_list()]
   static = tf.get_static_value(count)
   if static is not None:
-    return tf.zeros([int(static)] + element_shape.as_list(), dtype)
-  dims = tf.concat([tf.reshape(tf.cast(count, tf.int32), [1]),
-                    tf.constant(element_shape.as_list(), tf.int32)], 0)
-  return tf.zeros(dims, dtype)
+    zeros = tf.zeros([int(static)] + dims, dtype)
+  else:
+    zeros = tf.zeros(tf.concat([tf.reshape(tf.cast(count, tf.int32), [1]),
+                                tf.constant(dims, tf.int32)], 0), dtype)
+  if element_shape.is_fully_defined():
+    return zeros
+  return tf.compat.v1.placeholder_with_default(
+      zeros, tf.TensorShape([static]).concatenate(element_shape))
+
+
+def fit_elements(dense, items, lead=1):
+  """`dense` with elements shaped like `items` (`lead` dims, then an element) where its
+  element shape is not static: zeros of a list that has no element yet take the written
+  element's shape (the elements of a stacked list share one)."""
+  if dense.buffer.shape[2:].is_fully_defined():
+    return dense
+  shape = tf.concat([tf.shape(dense.buffer)[:2], tf.shape(items)[lead:]], 0)
+  buffer = tf.broadcast_to(dense.buffer, shape)
+  buffer.set_shape(dense.buffer.shape[:2].concatenate(items.shape[lead:]))
+  return DenseList(buffer, dense.lengths)
 
 
 def placeholder(list_tensor, static_n):

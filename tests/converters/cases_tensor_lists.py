@@ -137,3 +137,59 @@ CASES.append(OpCase("TensorListConcatV2-after_loop", _concat_after_loop, [[5, 2]
                     dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
                     patterns=[(False, True), (True, True)],
                     op_types=("TensorListConcatV2", "While")))
+
+
+def _unknown_shape_in_loop(x, trips):
+  """A TensorArray with no element shape written in a loop with a value of unknown static
+  shape (a slice with a run-time start): the first write gives the elements their shape."""
+  item = tf.slice(x, [tf.math.floormod(trips, 1)], [-1])
+  ta = tf.TensorArray(x.dtype, 4)
+  _, ta = tf.while_loop(lambda k, ta: k < trips,
+                        lambda k, ta: (k + 1, ta.write(k, item * tf.cast(k, x.dtype))), (0, ta))
+  return ta.stack()
+
+
+def _at_least_one_trip(rng, shape, dtype):
+  return rng.integers(1, 5, shape).astype(tf.as_dtype(dtype).as_numpy_dtype)
+
+
+def _created_in_loop(x, trips):
+  """TensorArrays created inside the body of a loop with a per-iteration trip count, of
+  scalars and written with a value of unknown static shape."""
+  unknown = tf.slice(x, [tf.math.floormod(trips, 1)], [-1])   # static shape [None]
+
+  def body(k, acc):
+    scalars = tf.TensorArray(x.dtype, 2).unstack(acc).write(0, acc[1] * 2.).stack()
+    rows = tf.TensorArray(x.dtype, 2).write(0, unknown * acc).write(1, x).stack()
+    return k + 1, scalars + tf.reduce_sum(rows, 0)
+  return tf.while_loop(lambda k, acc: k < trips, body, (0, x))[1]
+
+
+def _dynamic_size_in_loop(x, trips):
+  """A TensorArray of dynamic size created inside the body of such a loop."""
+  def body(k, acc):
+    rows = tf.TensorArray(x.dtype, 0, dynamic_size=True).write(0, acc).write(1, x).stack()
+    return k + 1, tf.reduce_sum(rows, 0) * 0.5
+  return tf.while_loop(lambda k, acc: k < trips, body, (0, x))[1]
+
+
+CASES += [
+    # At least one trip (TF cannot stack unwritten elements of unknown shape); n = 0 is left
+    # out: no write tells the element shape then.
+    OpCase("TensorListSetItem-unknown_shape_in_loop", _unknown_shape_in_loop, [[2], []],
+           dtypes=[(tf.float32, tf.int32)], make=[None, _at_least_one_trip],
+           patterns=[(False, True), (True, True), (True, False)], loop_lengths=(1, 3),
+           op_types=("TensorListSetItem", "While"),
+           xla="a loop under XLA cannot give a TensorList its element shape on the first "
+           "write (refused with a ConversionError)"),
+    OpCase("TensorListFromTensor-created_in_loop", _created_in_loop, [[2], []],
+           dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(4)],
+           patterns=[(False, True), (True, True), (True, False)],
+           op_types=("TensorListFromTensor", "TensorListSetItem", "While")),
+    OpCase("TensorListSetItem-dynamic_size_in_loop", _dynamic_size_in_loop, [[2], []],
+           dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(4)],
+           patterns=[(False, True), (True, True), (True, False)],
+           op_types=("TensorListSetItem", "While"),
+           xla="a TensorArray of dynamic size has no static capacity under XLA (TF's own "
+           "loop under XLA gives zeros)"),
+]
