@@ -78,6 +78,24 @@ def _as_vector(items, dtype):
 # Gathers and scatters.
 
 
+def _gather_from_the_end(params, indices, axis, batch_dims, n):
+  """`_gather` with a negative axis on params of a rank known only at run time. Counted
+  from the end, the axis is the same with the loop axis in front; invariant params put the
+  loop axis of stacked indices at the run-time position `rank + axis`, moved to the front."""
+  if params.stacked:
+    if not indices.stacked and batch_dims == 0:
+      return tf.gather(params.tensor, indices.tensor, axis=axis)
+    return tf.gather(params.tensor, values.stack(indices, n), axis=axis,
+                     batch_dims=batch_dims + 1)
+  if batch_dims != 0:
+    raise Unvectorizable("batch_dims with a negative axis needs the rank of params")
+  gathered = tf.gather(params.tensor, indices.tensor, axis=axis)
+  position = tf.rank(params.tensor) + axis
+  perm = tf.concat([[position], tf.range(position), tf.range(position + 1, tf.rank(gathered))],
+                   0)
+  return tf.transpose(gathered, perm)
+
+
 def _gather(params, indices, axis, batch_dims, n):
   """Per-iteration `tf.gather(params, indices, axis, batch_dims)` on Values, non-negative
   axis and batch_dims; returns the stacked result."""
@@ -98,11 +116,13 @@ def _convert_gather_v2(op):
   """See `_gather`: one gather for every combination of stacked params and indices."""
   axis = int(op.static_value(2))
   batch_dims = op.attr("batch_dims")
-  if axis < 0:
-    axis += _rank(op, 0)
   if batch_dims < 0:
     batch_dims += _rank(op, 1)
   params = op.value(0)
+  if axis < 0 and op.input_shape(0).rank is None:
+    return stacked(_gather_from_the_end(params, op.value(1), axis, batch_dims, op.ctx.n))
+  if axis < 0:
+    axis += _rank(op, 0)
   if (axis == 0 and batch_dims == 0 and not params.stacked and
       op.ctx.is_loop_index(op.value(1)) and op.ctx.static_n is not None and
       params.tensor.shape[:1] == [op.ctx.static_n]):
@@ -280,7 +300,8 @@ def _column(op, i, k, dtype):
 
 def _dim_sizes(op, x, rank, dtype):
   """Per-iteration dim sizes of input 0 (the Value `x`): ints where static, else scalars."""
-  static = op.input_shape(0).as_list()
+  shape = op.input_shape(0)
+  static = shape.as_list() if shape.rank is not None else [None] * rank
   dynamic = tf.shape(x.tensor, out_type=dtype)[int(x.stacked):]
   return [static[d] if static[d] is not None else dynamic[d] for d in range(rank)]
 
@@ -357,18 +378,23 @@ def _strided_slice_plan(op, x):
   end and strides; strides must be constants."""
   strides = op.static_value(3)
   dtype = op.attr("Index")
-  if x is None:
-    dims = _shape_entries(op, dtype)
-    out_shape = op.input_shape(4)
-  else:
-    dims = _dim_sizes(op, x, _rank(op, 0), dtype)
-    out_shape = op.output_shape(0)
-  rank = len(dims)
   masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
                                             "new_axis_mask", "shrink_axis_mask")}
   bits = lambda k: {name[:-5]: bool(mask >> k & 1) for name, mask in masks.items()}
   entries = [bits(k) for k in range(int(strides.shape[0]))]
   num_real = sum(1 for e in entries if not e["ellipsis"] and not e["new_axis"])
+  if x is None:
+    dims = _shape_entries(op, dtype)
+    out_shape = op.input_shape(4)
+  else:
+    # With no ellipsis, dims past the spec are full slices: only the spec's dims need sizes,
+    # so a per-iteration rank known only at run time is no obstacle.
+    rank = op.input_shape(0).rank
+    if rank is None and not masks["ellipsis_mask"]:
+      rank = num_real
+    dims = _dim_sizes(op, x, rank if rank is not None else _rank(op, 0), dtype)
+    out_shape = op.output_shape(0)
+  rank = len(dims)
   plan, new_axes, out_pos = [], [], 0
   ellipsis_done = False
   for k, e in enumerate(entries):

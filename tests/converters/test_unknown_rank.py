@@ -39,3 +39,31 @@ def test_unknown_rank(name):
   shape = tf.constant([2, 3])
   expected = np.stack([build(X[i], shape) for i in range(N)])
   np.testing.assert_allclose(vectorized(X, shape), expected)
+
+
+PARAMS = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
+
+# Bodies reading a captured tensor of unknown rank (a tf.function traced with
+# TensorSpec(None)): indexing by the loop index, and gathers counted from the end.
+READS = {
+    "getitem": lambda x, i: x[i],
+    "getitem_then_reduce": lambda x, i: tf.reduce_sum(x[i], axis=-1),
+    "getitem_then_matmul": lambda x, i: tf.matmul(x[i], x[i], transpose_b=True),
+    "gather_last_axis": lambda x, i: tf.gather(x, i % 2, axis=-1),
+    "gather_last_axis_of_stacked": lambda x, i: tf.gather(x * tf.cast(i, tf.float32), 1,
+                                                          axis=-1),
+    "gather_last_axis_both_stacked": lambda x, i: tf.gather(x * tf.cast(i, tf.float32), i % 2,
+                                                            axis=-1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_reads_of_unknown_rank(name):
+  read = READS[name]
+
+  @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+  def vectorized(x):
+    return vectorize.pfor(lambda i: read(x, i), 4, fallback_to_while_loop=False)
+
+  expected = np.stack([read(tf.constant(PARAMS), tf.constant(i)) for i in range(4)])
+  np.testing.assert_allclose(vectorized(PARAMS), expected)
