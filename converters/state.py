@@ -24,10 +24,11 @@ two different functions called by the body are not ordered against each other. W
 a conditional converted with static shapes (XLA), where every lane runs the branch, are a
 `ConversionError`.
 
-`Assert` checks the condition of every iteration at once. `PrintV2` prints every
-iteration's string, in iteration order, with one print of the joined lines; `StringFormat`
-with stacked inputs formats each iteration on its own (per-iteration summarization cannot be
-reproduced from the stacked tensor).
+`Assert` checks the condition of every iteration at once. `tf.print` prints once per call
+with the stacked values, as TensorFlow's pfor does: a `StringFormat` whose string only
+`PrintV2` reads formats its inputs whole (loop axis included); one whose string the body
+uses otherwise formats each iteration on its own, as the loop does. A `PrintV2` of a string
+that differs per iteration prints every iteration's string, in iteration order, at once.
 """
 
 import tensorflow as tf
@@ -35,7 +36,7 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import values
 from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.family import register_sequential
+from vectorize.family import run_sequential
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
 
@@ -299,11 +300,18 @@ def _convert_assert(op):
 def _convert_print_v2(op):
   """Every iteration's string followed by `end`, joined in iteration order, printed once."""
   _refuse_masked_lanes(op)
+  if not op.is_stacked(0):   # formatted whole: printed once
+    return op.rebuild([op.invariant(0)])
   end = op.attr("end")
   lines = tf.strings.join([op.stacked(0), tf.constant(end, tf.string)])
   return op.rebuild([tf.strings.reduce_join(lines)], attrs={"end": ""})
 
 
-# ----------------------------------------------------------------------------- registration
-
-register_sequential("StringFormat")
+@register("StringFormat")
+def _convert_string_format(op):
+  """Formats the stacked values whole where the string is only printed (TF's pfor prints
+  once per call), else each iteration's values (the string is then a value of the body)."""
+  consumers = op.op.outputs[0].consumers()
+  if consumers and all(c.type == "PrintV2" for c in consumers):
+    return invariant(op.rebuild([v.tensor for v in op.inputs])[0])
+  return run_sequential(op)

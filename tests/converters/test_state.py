@@ -234,22 +234,26 @@ def _read_and_remove(path):
   return text
 
 
-@pytest.mark.parametrize("mode", ["function", "dynamic"])
-def test_print_writes_every_iteration_in_order_like_a_sequential_loop(tmp_path, mode):
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager"])
+def test_print_prints_once_with_the_stacked_values_like_tf_pfor(tmp_path, mode):
   def make_body(path):
     def body(i):
       tf.print("iteration", i, X[i], output_stream="file://" + str(path), end=";\n")
       return i
     return body
 
-  vectorized, sequential = tmp_path / "pfor.txt", tmp_path / "sequential.txt"
+  vectorized, expected = tmp_path / "pfor.txt", tmp_path / "expected.txt"
   testing.run_pfor(make_body(vectorized), 4, mode=mode)
-  body = make_body(sequential)
-  for i in range(4):
-    body(tf.constant(i))
-  expected = _read_and_remove(sequential)
-  assert expected.count(";\n") == 4
-  assert _read_and_remove(vectorized) == expected
+  tf.print("iteration", tf.range(4), X[:4], output_stream="file://" + str(expected), end=";\n")
+  text = _read_and_remove(vectorized)
+  assert text.count(";\n") == 1
+  assert text == _read_and_remove(expected)
+
+
+def test_a_formatted_string_the_body_returns_is_formatted_per_iteration():
+  def body(i):
+    return tf.strings.format("x={}", X[i])
+  testing.assert_allclose(testing.run_pfor(body, 4), testing.sequential(body, 4))
 
 
 def test_assign_add_in_a_conditional_with_static_shapes_is_refused():
