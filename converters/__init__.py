@@ -11,3 +11,4 @@ from converters import shapes
 from converters import slicing
 from converters import state
 from converters import tensor_lists
+from converters import tensor_arrays

@@ -120,7 +120,7 @@ CASES += [
            make=[None, indices_below(2)], op_types=("TensorListSetItem",)),
     OpCase("TensorListSetItem-scalars_in_loop", _scalars_in_loop, [[5], []],
            dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
-           patterns=[(False, True), (True, True)], op_types=("TensorListSetItem", "While")),
+           patterns=[(False, True), (True, True)], op_types=("TensorListSetItem",)),
 ]
 
 
@@ -136,7 +136,7 @@ def _concat_after_loop(x, trips):
 CASES.append(OpCase("TensorListConcatV2-after_loop", _concat_after_loop, [[5, 2], []],
                     dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(6)],
                     patterns=[(False, True), (True, True)],
-                    op_types=("TensorListConcatV2", "While")))
+                    op_types=("TensorListConcatV2",)))
 
 
 def _unknown_shape_in_loop(x, trips):
@@ -179,17 +179,69 @@ CASES += [
     OpCase("TensorListSetItem-unknown_shape_in_loop", _unknown_shape_in_loop, [[2], []],
            dtypes=[(tf.float32, tf.int32)], make=[None, _at_least_one_trip],
            patterns=[(False, True), (True, True), (True, False)], loop_lengths=(1, 3),
-           op_types=("TensorListSetItem", "While"),
+           op_types=("TensorListSetItem",),
            xla="a loop under XLA cannot give a TensorList its element shape on the first "
            "write (refused with a ConversionError)"),
     OpCase("TensorListFromTensor-created_in_loop", _created_in_loop, [[2], []],
            dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(4)],
            patterns=[(False, True), (True, True), (True, False)],
-           op_types=("TensorListFromTensor", "TensorListSetItem", "While")),
+           op_types=("TensorListFromTensor", "TensorListSetItem")),
     OpCase("TensorListSetItem-dynamic_size_in_loop", _dynamic_size_in_loop, [[2], []],
            dtypes=[(tf.float32, tf.int32)], make=[None, indices_below(4)],
            patterns=[(False, True), (True, True), (True, False)],
-           op_types=("TensorListSetItem", "While"),
+           op_types=("TensorListSetItem",),
            xla="a TensorArray of dynamic size has no static capacity under XLA (TF's own "
            "loop under XLA gives zeros)"),
+]
+
+
+# ----------------------------------------------------------------------------- TF1 arrays
+
+_RAW = tf.raw_ops
+
+
+def _tf1_array(x, index):
+  """A TF1 TensorArray made in the body: writes, reads at invariant and per-iteration
+  indices, gathers, scatter, concat, size, close."""
+  h, flow = _RAW.TensorArrayV3(size=4, dtype=x.dtype, element_shape=[2],
+                               clear_after_read=False)
+  flow = _RAW.TensorArrayWriteV3(handle=h, index=0, value=x[0], flow_in=flow)
+  flow = _RAW.TensorArrayWriteV3(handle=h, index=1, value=x[1] * 2, flow_in=flow)
+  flow = _RAW.TensorArrayScatterV3(handle=h, indices=[3, 2], value=x[::-1], flow_in=flow)
+  read = lambda i: _RAW.TensorArrayReadV3(handle=h, index=i, flow_in=flow, dtype=x.dtype)
+  gather = lambda i: _RAW.TensorArrayGatherV3(handle=h, indices=i, flow_in=flow,
+                                              dtype=x.dtype, element_shape=[2])
+  outputs = (read(1), read(index), gather([2, 0]), gather(tf.stack([index, 3 - index])),
+             _RAW.TensorArrayConcatV3(handle=h, flow_in=flow, dtype=x.dtype)[0],
+             _RAW.TensorArraySizeV3(handle=h, flow_in=flow))
+  with tf.control_dependencies(outputs):
+    close = _RAW.TensorArrayCloseV3(handle=h)
+  with tf.control_dependencies([close]):
+    return tf.nest.map_structure(tf.identity, outputs)
+
+
+def _tf1_stack(x, y):
+  """A TF1 stack made in the body: pushes and pops in order."""
+  h = _RAW.StackV2(max_size=2, elem_type=x.dtype)   # XLA needs a bound
+  pushed = _RAW.StackPushV2(handle=h, elem=x)
+  with tf.control_dependencies([pushed]):
+    second = _RAW.StackPushV2(handle=h, elem=y)
+  with tf.control_dependencies([second]):
+    top = _RAW.StackPopV2(handle=h, elem_type=x.dtype)
+  with tf.control_dependencies([top]):
+    below = _RAW.StackPopV2(handle=h, elem_type=x.dtype)
+  with tf.control_dependencies([below]):
+    close = _RAW.StackCloseV2(handle=h)
+  with tf.control_dependencies([close]):
+    return tf.identity(top), tf.identity(below) * 2, pushed
+
+
+CASES += [
+    OpCase("TensorArrayV3", _tf1_array, [[2, 2], []], dtypes=[(tf.float32, tf.int32)],
+           make=[None, indices_below(4)],
+           op_types=("TensorArrayV3", "TensorArrayWriteV3", "TensorArrayReadV3",
+                     "TensorArrayGatherV3", "TensorArrayScatterV3", "TensorArrayConcatV3",
+                     "TensorArraySizeV3", "TensorArrayCloseV3")),
+    OpCase("StackV2", _tf1_stack, [[2], [2]], dtypes=[tf.float32, tf.int32],
+           op_types=("StackV2", "StackPushV2", "StackPopV2", "StackCloseV2")),
 ]
