@@ -27,6 +27,7 @@ from vectorize import graph_io
 from vectorize import lists
 from vectorize import walker
 from vectorize.control_flow import cond
+from vectorize.errors import ConversionError
 from vectorize.registry import register
 from vectorize.values import Value, stack, stacked
 
@@ -35,6 +36,7 @@ from vectorize.values import Value, stack, stacked
 def _convert_while(op):
   cond_graph = graph_io.function_graph(op.op, "cond")
   body_graph = graph_io.function_graph(op.op, "body")
+  _check_static_list_growth(op, body_graph)
   flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body_graph)
   ctx = op.ctx
   init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
@@ -63,6 +65,29 @@ def _loop_flags(op, cond_graph, body_graph):
       return flags, cond_stacked, element_shapes
     flags = new
   raise AssertionError("the stackedness fixpoint of a while loop did not converge")
+
+
+def _check_static_list_growth(op, body_graph):
+  """Under XLA, a loop that grows a list of unbounded size (a loop's gradient accumulating
+  one value per step) cannot compile: a ConversionError naming the loop and the fix, as
+  TensorFlow asks of its own loops, instead of a shape error deep in the emitted graph."""
+  if not op.ctx.static_shapes or _maximum_iterations(op, body_graph) is not None:
+    return
+  for k, t in enumerate(op.op.inputs):
+    if t.dtype != tf.variant or _is_passthrough(body_graph, k):
+      continue
+    while t.op.type == "Identity":
+      t = t.op.inputs[0]
+    if t.op.type != "EmptyTensorList":
+      continue
+    limit = tf.get_static_value(t.op.inputs[1])
+    if limit is not None and limit < 0:
+      raise ConversionError(
+          f"Cannot vectorize the while loop {op.op.name!r}{walker.user_location(op.op)} "
+          "under XLA: it grows a TensorList of unbounded size (as the gradient of a loop "
+          "does, storing one value per step) and has no maximum_iterations, so XLA cannot "
+          "give it a static shape. To fix: pass maximum_iterations to tf.while_loop, as "
+          "TensorFlow requires for differentiating a loop under XLA.")
 
 
 def _initial(value, ctx, element_shape):
