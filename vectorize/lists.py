@@ -162,26 +162,35 @@ def shape_invariant(dense, static_n, static_capacity):
 def add(denses):
   """The elementwise sum of per-iteration lists (what AddN of TensorLists does: the gradient
   of a loop that reads a TensorArray sums list cotangents). Unset elements are zeros in a
-  DenseList, so they add as TensorFlow's unset elements do; lists of smaller capacity are
-  padded to the largest."""
-  capacities = [d.buffer.shape[1] for d in denses]
-  if all(c is not None for c in capacities):
-    capacity = max(capacities)
+  DenseList, so they add as TensorFlow's unset elements do."""
+  denses = common_capacity(denses)
+  return DenseList(tf.math.add_n([d.buffer for d in denses]),
+                   tf.reduce_max(tf.stack([d.lengths for d in denses]), axis=0))
+
+
+def common_capacity(denses):
+  """DenseLists padded with unset (zero) elements to their largest capacity (lists that
+  meet, in a sum, a select or a stitch, may have grown apart)."""
+  sizes = [d.buffer.shape[1] for d in denses]
+  if all(c is not None for c in sizes):
+    capacity = max(sizes)
   else:
     capacity = tf.reduce_max(tf.stack([tf.shape(d.buffer)[1] for d in denses]))
-  buffers = [_pad_capacity(d.buffer, capacity) for d in denses]
-  lengths = [d.lengths for d in denses]
-  return DenseList(tf.math.add_n(buffers), tf.reduce_max(tf.stack(lengths), axis=0))
+  return [pad_capacity(d, capacity) for d in denses]
 
 
-def _pad_capacity(buffer, capacity):
+def pad_capacity(dense_or_buffer, capacity):
+  """A DenseList or its buffer (`[n, c] + element_shape`) padded with zeros to `capacity`."""
+  if isinstance(dense_or_buffer, DenseList):
+    return DenseList(pad_capacity(dense_or_buffer.buffer, capacity), dense_or_buffer.lengths)
+  buffer = dense_or_buffer
   if isinstance(capacity, int) and buffer.shape[1] == capacity:
     return buffer
-  extra = capacity - tf.shape(buffer)[1]
-  pad = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(buffer) - 2, 2], tf.int32)], 0)
-  padded = tf.pad(buffer, pad)
-  padded.set_shape(tf.TensorShape([buffer.shape[0], capacity if isinstance(capacity, int)
-                                   else None]).concatenate(buffer.shape[2:]))
+  paddings = tf.concat([[[0, 0], [0, capacity - tf.shape(buffer)[1]]],
+                        tf.zeros([tf.rank(buffer) - 2, 2], tf.int32)], 0)
+  padded = tf.pad(buffer, paddings)
+  padded.set_shape(buffer.shape[:1].concatenate(
+      [capacity if isinstance(capacity, int) else None]).concatenate(buffer.shape[2:]))
   return padded
 
 

@@ -112,6 +112,8 @@ def prepend_loop_length(shape, n, static_n=None):
 def merge_leading(tensor):
   """`[n, b, ...] -> [n*b, ...]`: folds the loop axis into the next one."""
   shape = dynamic_shape(tensor)
+  if isinstance(shape, tf.Tensor):   # rank known only at run time
+    return graph_io.reshape(tensor, tf.concat([shape[:1] * shape[1:2], shape[2:]], 0))
   return reshape(tensor, [shape[0] * shape[1]] + list(shape[2:]))
 
 
@@ -123,6 +125,8 @@ def split_leading(tensor, n, b):
 def reshape_leading(tensor, leading):
   """Replaces the first axis of `tensor` by the dims in `leading` (ints or scalars)."""
   shape = dynamic_shape(tensor)
+  if isinstance(shape, tf.Tensor):   # rank known only at run time
+    return graph_io.reshape(tensor, tf.concat([shape_vector(list(leading)), shape[1:]], 0))
   return reshape(tensor, list(leading) + list(shape[1:]))
 
 
@@ -190,6 +194,16 @@ def shift_axis(axis):
 
 
 def select_lanes(mask, taken, other):
-  """Per iteration: `taken` where `mask` (`[n]` bool), else `other`; both stacked alike."""
+  """Per iteration: `taken` where `mask` (`[n]` bool), else `other`; both stacked alike:
+  tensors, or DenseLists (padded to a common capacity first)."""
+  if isinstance(taken, lists.DenseList):
+    taken, other = lists.common_capacity([taken, other])
+    return lists.DenseList(select_lanes(mask, taken.buffer, other.buffer),
+                           select_lanes(mask, taken.lengths, other.lengths))
   shape = tf.concat([tf.shape(mask), tf.ones([tf.rank(taken) - 1], tf.int32)], 0)
   return tf.where(tf.reshape(mask, shape), taken, other)
+
+
+def gather_rows(value, positions):
+  """Rows `positions` of a stacked tensor or DenseList."""
+  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)

@@ -1,17 +1,19 @@
 """TF1 graph mode (placeholders, `tf.gradients`, Session), as older clients such as
 differential-privacy optimizers use pfor: per-example gradients and jacobians with a batch
-size unknown until the Session runs."""
+size (or rank) unknown until the Session runs."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import vectorize
 
 
-def test_gradients_and_jacobians_with_an_unknown_batch():
+@pytest.mark.parametrize("shape", [[None, 3], None], ids=["unknown_batch", "unknown_rank"])
+def test_gradients_and_jacobians_of_unknown_shape(shape):
   graph = tf.Graph()
   with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    x = tf.compat.v1.placeholder(tf.float32, shape)
     y = tf.sin(x) * tf.reduce_sum(x, axis=1, keepdims=True)
     per_row = vectorize.pfor(lambda i: tf.gradients(tf.gather(y, i), x)[0], tf.shape(x)[0])
     batch_jacobian = vectorize.batch_jacobian(y, x)

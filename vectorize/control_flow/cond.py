@@ -30,7 +30,7 @@ from vectorize import graph_io
 from vectorize import lists
 from vectorize import walker
 from vectorize.registry import register
-from vectorize.values import Value, invariant, select_lanes, stack
+from vectorize.values import Value, gather_rows, invariant, select_lanes, stack
 
 
 @register("If", "StatelessIf")
@@ -119,7 +119,7 @@ def _invariant_choice(op, graphs, choose):
     def fn():
       outputs, _ = walker.convert_graph(graph, args, ctx)
       outs = [stack(v, ctx.n) if flag else v.tensor for v, flag in zip(outputs, flags)]
-      return [_pad_capacity(t, capacities[k]) if k in capacities else t
+      return [lists.pad_capacity(t, capacities[k]) if k in capacities else t
               for k, t in enumerate(outs)]
     return fn
 
@@ -173,7 +173,7 @@ def _stitch(positions, parts):
   """The branches' stacked outputs put back in iteration order."""
   if not isinstance(parts[0], lists.DenseList):
     return tf.dynamic_stitch(positions, parts)
-  parts = _common_capacity(parts)
+  parts = lists.common_capacity(parts)
   return lists.DenseList(tf.dynamic_stitch(positions, [p.buffer for p in parts]),
                          tf.dynamic_stitch(positions, [p.lengths for p in parts]))
 
@@ -230,47 +230,5 @@ def _masked_choice(op, graphs, branch_index):
     if result is None:
       result = outs
     else:
-      result = [select(mask, o, r) for o, r in zip(outs, result)]
+      result = [select_lanes(mask, o, r) for o, r in zip(outs, result)]
   return [Value(t, True) for t in result]
-
-
-def gather_rows(value, positions):
-  """Rows `positions` of a stacked tensor or DenseList."""
-  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)
-
-
-def select(mask, taken, other):
-  """Per lane: `taken` where `mask` (`[n]` bool), else `other`: stacked tensors, or
-  DenseLists (padded to a common capacity first)."""
-  if not isinstance(taken, lists.DenseList):
-    return select_lanes(mask, taken, other)
-  taken, other = _common_capacity([taken, other])
-  return lists.DenseList(select_lanes(mask, taken.buffer, other.buffer),
-                         select_lanes(mask, taken.lengths, other.lengths))
-
-
-def _common_capacity(denses):
-  """DenseLists padded with unset (zero) elements to their largest capacity."""
-  sizes = [d.buffer.shape[1] for d in denses]
-  if all(c is not None for c in sizes):
-    capacity = max(sizes)
-  else:
-    capacity = tf.reduce_max(tf.stack([tf.shape(d.buffer)[1] for d in denses]))
-  return [lists.DenseList(_pad_capacity(d.buffer, capacity), d.lengths) for d in denses]
-
-
-def _pad_capacity(dense_or_buffer, capacity):
-  """A buffer (`[n, c] + element_shape`) or DenseList padded with zeros to `capacity`."""
-  if isinstance(dense_or_buffer, lists.DenseList):
-    return lists.DenseList(_pad_capacity(dense_or_buffer.buffer, capacity),
-                           dense_or_buffer.lengths)
-  buffer = dense_or_buffer
-  if isinstance(capacity, int) and buffer.shape[1] == capacity:
-    return buffer
-  paddings = tf.concat([[[0, 0], [0, capacity - tf.shape(buffer)[1]]],
-                        tf.zeros([tf.rank(buffer) - 2, 2], tf.int32)], 0)
-  padded = tf.pad(buffer, paddings)
-  padded.set_shape(buffer.shape[:1].concatenate(
-      [capacity if isinstance(capacity, int) else None]).concatenate(buffer.shape[2:]))
-  return padded
-

@@ -26,10 +26,9 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import lists
 from vectorize import walker
-from vectorize.control_flow import cond
 from vectorize.errors import ConversionError
 from vectorize.registry import register
-from vectorize.values import Value, stack, stacked
+from vectorize.values import Value, gather_rows, select_lanes, stack, stacked
 
 
 @register("While", "StatelessWhile")
@@ -224,7 +223,7 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
 
   def borrowed(source, state, fixed_values=None):
     return [fixed_values[k] if fixed_values and fixed[k] else
-            Value(cond.gather_rows(t, source), True) if f else Value(t, False)
+            Value(gather_rows(t, source), True) if f else Value(t, False)
             for k, (t, f) in enumerate(zip(state, flags))]
 
   def evaluate_cond(source, values):
@@ -236,7 +235,7 @@ def _masked_loop(op, cond_graph, body_graph, init, flags):
     values = borrowed(source, state)
     new_state = _run_body(body_graph, values, flags, ctx.subset(source, ctx.static_n))
     state = [old if fixed[k] else
-             cond.select(active, new, old) if f
+             select_lanes(active, new, old) if f
              else new for k, (new, old, f) in enumerate(zip(new_state, state, flags))]
     active = tf.logical_and(active, evaluate_cond(source, borrowed(source, state, values)))
     return (active,) + tuple(state)
