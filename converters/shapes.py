@@ -42,11 +42,10 @@ def _shifted_dims_attr(dims):
   return [values.shift_axis(d) for d in dims]
 
 
-def _static_rank(shape, what):
-  """The rank of a static shape; Unvectorizable when unknown (a rank-padding needs it)."""
-  if shape.rank is None:
-    raise Unvectorizable(f"the per-iteration rank of {what} is unknown")
-  return shape.rank
+def _rank_of(shape, run_time_rank):
+  """The rank of a per-iteration static shape, or `run_time_rank()` (a scalar tensor) when
+  the static rank is unknown."""
+  return shape.rank if shape.rank is not None else run_time_rank()
 
 
 def _broadcast_scalar(op, i, out_rank):
@@ -125,15 +124,21 @@ def _convert_reshape(op):
   return stacked(tf.reshape(x, _with_loop_len(op, shape)))
 
 
+def _squeeze_at_run_time(x):
+  """Every per-iteration unit dim dropped, found at run time (never the loop axis)."""
+  shape = tf.shape(x)
+  kept = tf.boolean_mask(shape[1:], tf.not_equal(shape[1:], 1))
+  return tf.reshape(x, tf.concat([shape[:1], kept], 0))
+
+
 @register("Squeeze")
 def _convert_squeeze(op):
   """Shifts `squeeze_dims`; with none given, names the per-iteration unit dims (never axis 0)."""
   dims = op.attr("squeeze_dims")
   if not dims:
     shape = op.input_shape(0)
-    _static_rank(shape, "the squeezed input")
-    if any(d is None for d in shape.as_list()):
-      raise Unvectorizable("squeezing every unit dim needs a known per-iteration shape")
+    if shape.rank is None or any(d is None for d in shape.as_list()):
+      return stacked(_squeeze_at_run_time(op.stacked(0)))
     dims = [k for k, d in enumerate(shape.as_list()) if d == 1]
     if not dims:   # nothing to squeeze; an empty attr would squeeze the loop axis if n == 1
       return stacked(op.stacked(0))
@@ -285,7 +290,7 @@ def _convert_pad_v2(op):
   x = op.stacked(0)
   padded = tf.pad(x, paddings)
   inside = tf.pad(tf.ones(tf.shape(x)[1:], tf.bool), op.invariant(1))
-  out_rank = _static_rank(op.input_shape(0), "PadV2's input")
+  out_rank = _rank_of(op.input_shape(0), lambda: tf.shape(op.invariant(1))[0])
   return stacked(tf.where(inside, padded, _broadcast_scalar(op, 2, out_rank)))
 
 
@@ -304,7 +309,7 @@ def _convert_one_hot(op):
     hot = tf.one_hot(indices.tensor, depth, True, False, axis=axis, dtype=tf.bool)
   else:
     hot = tf.one_hot(indices.tensor, depth, True, False, axis=op.attr("axis"), dtype=tf.bool)
-  out_rank = _static_rank(op.output_shape(0), "OneHot's result")
+  out_rank = _rank_of(op.output_shape(0), lambda: tf.rank(hot) - int(indices.stacked))
   return stacked(tf.where(hot, _broadcast_scalar(op, 2, out_rank),
                           _broadcast_scalar(op, 3, out_rank)))
 

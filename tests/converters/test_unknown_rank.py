@@ -67,3 +67,25 @@ def test_reads_of_unknown_rank(name):
 
   expected = np.stack([read(tf.constant(PARAMS), tf.constant(i)) for i in range(4)])
   np.testing.assert_allclose(vectorized(PARAMS), expected)
+
+
+SHAPE_OPS = {
+    "squeeze_every_unit_dim": lambda x, i: tf.squeeze(x[i][None, :, None]),
+    "pad_with_a_per_iteration_value": lambda x, i: tf.pad(
+        x[i], [[1, 0], [0, 1]], constant_values=tf.cast(i, tf.float32)),
+    "one_hot_with_per_iteration_values": lambda x, i: tf.one_hot(
+        tf.cast(x[i], tf.int32) % 3, 3, on_value=tf.cast(i, tf.float32), off_value=-1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_OPS))
+def test_shape_ops_of_unknown_rank(name):
+  build = SHAPE_OPS[name]
+  params = np.arange(24, dtype=np.float32).reshape(4, 3, 2) % 5
+
+  @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+  def vectorized(x):
+    return vectorize.pfor(lambda i: build(x, i), 4, fallback_to_while_loop=False)
+
+  expected = np.stack([build(tf.constant(params), tf.constant(i)) for i in range(4)])
+  np.testing.assert_allclose(vectorized(params), expected)
