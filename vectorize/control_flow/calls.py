@@ -46,10 +46,8 @@ def _convert_partitioned_call(op):
 def gradient_override(op):
   """The gradient name `op` was given by `gradient_override_map` (as `tf.custom_gradient`
   does), or None."""
-  try:
-    return op.get_attr("_gradient_op_type")
-  except ValueError:
-    return None
+  attr = op.node_def.attr.get("_gradient_op_type")   # get_attr raising costs 20x more
+  return attr.s if attr is not None else None
 
 
 def with_own_gradient(op, inputs, results, ctx, lookup):
