@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from vectorize import lists
 from vectorize import values
-from vectorize.errors import Unvectorizable
+from vectorize import walker
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.lists import DenseList
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
@@ -46,6 +47,20 @@ def _dense_to_write(op, items, lead=1):
                          "written in a loop or branch, which static shapes (XLA) cannot "
                          "grow into; give the TensorArray an element_shape")
   return lists.fit_elements(dense, items, lead)
+
+
+def _grown(op, dense, needed):
+  """`dense` with room for `needed` elements. Under static shapes (XLA) a list cannot grow:
+  one with no room at all (a `dynamic_size` TensorArray of size 0, a loop accumulator with no
+  `maximum_iterations`) is an error, where XLA itself would silently drop the writes."""
+  if op.ctx.static_shapes and dense.buffer.shape[1] == 0 and op.ctx.static_n != 0:
+    raise ConversionError(
+        f"Cannot vectorize {op.type} {op.op.name!r}{walker.user_location(op.op)} under XLA: "
+        "it writes into a TensorList (TensorArray) with no room, which static shapes cannot "
+        "grow (XLA would drop the writes). To fix: give the TensorArray a size that holds "
+        "every write; for the accumulators of a loop's gradient, give the loop "
+        "maximum_iterations.")
+  return lists.ensure_capacity(dense, needed, op.ctx.static_shapes)
 
 
 # Reading ops: (output, leading dims of it that are not the element's).
@@ -89,7 +104,7 @@ def _convert_tensor_list_set_item(op):
   dense = _dense_to_write(op, item)
   index = _per_iteration(op, 1)
   if op.op.get_attr("resize_if_index_out_of_bounds"):
-    dense = lists.ensure_capacity(dense, tf.reduce_max(index) + 1, op.ctx.static_shapes)
+    dense = _grown(op, dense, tf.reduce_max(index) + 1)
     dense = DenseList(dense.buffer, tf.maximum(dense.lengths, index + 1))
   buffer = tf.tensor_scatter_nd_update(dense.buffer, _at(dense, index), item)
   return _list_value(DenseList(_known_elements(buffer, item), dense.lengths))
@@ -105,7 +120,7 @@ def _convert_tensor_list_get_item(op):
 def _convert_tensor_list_push_back(op):
   item = op.stacked(1)
   dense = _dense_to_write(op, item)
-  dense = lists.ensure_capacity(dense, _max_or_zero(dense.lengths) + 1, op.ctx.static_shapes)
+  dense = _grown(op, dense, _max_or_zero(dense.lengths) + 1)
   buffer = tf.tensor_scatter_nd_update(dense.buffer, _at(dense, dense.lengths), item)
   return _list_value(DenseList(_known_elements(buffer, item), dense.lengths + 1))
 
@@ -163,7 +178,7 @@ def _convert_tensor_list_element_shape(op):
 def _convert_tensor_list_resize(op):
   dense = _dense(op, 0)
   size = _per_iteration(op, 1)
-  dense = lists.ensure_capacity(dense, _max_or_zero(size), op.ctx.static_shapes)
+  dense = _grown(op, dense, _max_or_zero(size))
   return _list_value(DenseList(dense.buffer, size))
 
 
@@ -183,7 +198,7 @@ def _convert_tensor_list_scatter_into_existing_list(op):
   indices = op.stacked(2)                     # [n, k]
   k = tf.shape(indices)[1]
   rows = tf.tile(tf.range(tf.shape(indices)[0])[:, None], [1, k])
-  dense = lists.ensure_capacity(dense, _max_or_zero(indices) + 1, op.ctx.static_shapes)
+  dense = _grown(op, dense, _max_or_zero(indices) + 1)
   buffer = tf.tensor_scatter_nd_update(dense.buffer, tf.stack([rows, indices], axis=2), tensor)
   return _list_value(DenseList(buffer, tf.maximum(dense.lengths, tf.reduce_max(
       tf.concat([indices + 1, tf.zeros_like(indices[:, :1])], 1), axis=1))))

@@ -46,3 +46,27 @@ def test_loop_gradient_without_maximum_iterations_outside_xla(mode):
   body = _gradient_of_a_loop(None)
   testing.assert_allclose(testing.run_pfor(body, 5, mode=mode),
                           testing.sequential(body, 5, testing.output_spec(body)), 1e-4)
+
+
+def _dynamic_size_array(i):
+  def body(j, array):
+    return j + 1, array.write(j, X[i, :2] * tf.cast(j, tf.float32))
+  _, array = tf.while_loop(lambda j, _: j < tf.math.floormod(i, 3) + 1, body,
+                           (0, tf.TensorArray(tf.float32, size=0, dynamic_size=True,
+                                              element_shape=[2])))
+  return tf.reduce_sum(array.concat(), 0)
+
+
+def test_dynamic_size_array_grown_under_xla_names_the_write():
+  """XLA cannot grow a TensorArray (its own loop silently drops the writes): an error
+  naming the user's line and the fix, not a wrong answer or a shape error."""
+  with pytest.raises(vectorize.ConversionError,
+                     match=r"TensorListSetItem .* created at .*test_while_gradient_limits.py:"
+                           r"\d+ under XLA.*a size that holds every write"):
+    testing.run_pfor(_dynamic_size_array, 3, mode="xla")
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager"])
+def test_dynamic_size_array_grown_outside_xla(mode):
+  testing.assert_allclose(testing.run_pfor(_dynamic_size_array, 3, mode=mode),
+                          testing.sequential(_dynamic_size_array, 3))
