@@ -145,18 +145,13 @@ def _gather_rows(data, indices):
 
 
 register_axis_shift(
-    "All",
-    "Any",
     "ArgMax",
     "ArgMin",
     "Cumprod",
     "Cumsum",
     "CumulativeLogsumexp",
     "EuclideanNorm",
-    "Max",
-    "Mean",
-    "Min",
-    "Prod",
-    "Sum",
     axis_input=1,
 )
+register_axis_shift("All", "Any", "Max", "Mean", "Min", "Prod", "Sum", axis_input=1,
+                    identity_if_no_axis=True)

@@ -8,6 +8,7 @@ exactly one batch axis (conv, pool) get the loop axis folded into it and split b
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from vectorize import fallback
@@ -42,14 +43,24 @@ def register_leading_batch(*op_types, batch_inputs=(0,)):
   register(*op_types)(convert)
 
 
-def register_axis_shift(*op_types, axis_input=None, axis_attr=None, data_inputs=(0,)):
+def register_axis_shift(*op_types, axis_input=None, axis_attr=None, data_inputs=(0,),
+                        identity_if_no_axis=False):
   """Ops taking an axis (as input `axis_input` or attr `axis_attr`): shift it past axis 0.
 
   Data inputs are stacked (tiled if invariant), the axis must be loop-invariant; every
   output is stacked. Negative axes count from the end and need no shift.
+  `identity_if_no_axis`: a reduction over no axes (`reduce_sum` of a scalar) is its input,
+  emitted as nothing (Grappler miscompiles such a Sum inside a conditional branch).
   """
 
   def convert(op):
+    if identity_if_no_axis and not op.is_stacked(axis_input):
+      axes = tf.get_static_value(op.invariant(axis_input))
+      if axes is not None and np.size(axes) == 0:
+        return [Value(op.value(0).tensor, op.is_stacked(0))]
+    return shifted(op)
+
+  def shifted(op):
     axis = None if axis_input is None else values.shift_axis(op.invariant(axis_input))
     inputs = []
     for i in range(op.num_inputs):
