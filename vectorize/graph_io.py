@@ -247,7 +247,8 @@ def folded(op, inputs):
       t.dtype.as_datatype_enum not in _SHARED_DTYPES or not t.shape.is_fully_defined() or
       t.shape.num_elements() > _CACHED_CONSTANT_SIZE for t in op.outputs):
     return None
-  if not all(_is_small_int_constant(t) for t in inputs) or any(_function_names(attrs_of(op))):
+  if (not all(_is_small_int_constant(t) for t in inputs) or any(_function_names(attrs_of(op)))
+      or _feeds_a_random_op(op)):
     return None
   arrays = [tensor_util.MakeNdarray(t.op.get_attr("value")) for t in inputs]
   attrs = []
@@ -261,6 +262,16 @@ def folded(op, inputs):
   except (tf.errors.OpError, TypeError, ValueError):
     return None    # invalid here: leave the error to run time, where TensorFlow reports it
   return [constant(a, t.dtype) for a, t in zip(arrays, op.outputs)]
+
+
+def _feeds_a_random_op(op):
+  """Whether a random op reads `op` (a seed): under XLA, a random op whose seed is a
+  constant draws other numbers than one whose seed is computed, so folding a seed would
+  change what the body samples."""
+  return any("Random" in c.type or (c.type.startswith("Stateless") and
+                                    c.type not in ("StatelessIf", "StatelessWhile",
+                                                   "StatelessCase"))
+             for t in op.outputs for c in t.consumers())
 
 
 def _is_small_int_constant(tensor):

@@ -39,3 +39,12 @@ def test_non_constant_inputs_are_not_folded():
 
 def test_invalid_ops_are_left_to_run_time():
   assert _folded(lambda: tf.math.floordiv(tf.constant(1), tf.constant(0))) is None
+
+
+def test_seeds_of_random_ops_are_not_folded():
+  """Under XLA a random op draws other numbers from a constant seed than from a computed
+  one: the loop's seed stays computed."""
+  with tf.Graph().as_default():
+    seed = tf.strided_slice(tf.constant([[1, 2], [3, 4]]), [0], [1], shrink_axis_mask=1)
+    tf.random.stateless_normal([2], seed)
+    assert graph_io.folded(seed.op, list(seed.op.inputs)) is None
