@@ -98,9 +98,9 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
   Args:
     fn: takes one element (elems' structure, the leading axis removed).
     elems: a nested structure of tensors whose leading dimensions are a common size n or 1
-      (a leading dimension of 1 is broadcast to every iteration, as in `tf.vectorized_map`).
+      (a leading dimension of 1 is broadcast to every iteration, as TensorFlow's does).
     fallback_to_while_loop: as in `pfor`.
-    warn: as in `pfor` (on by default here, as in `tf.vectorized_map`).
+    warn: as in `pfor` (on by default).
 
   Returns:
     fn's output structure, stacked along a new leading axis.

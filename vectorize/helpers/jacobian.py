@@ -22,7 +22,7 @@ _DEFAULT_WHILE_PARALLEL_ITERATIONS = 10
 def jacobian(output, inputs, use_pfor=True, parallel_iterations=None):
   """The jacobian of `output` with respect to each of `inputs`, in graph mode.
 
-  Args (in the order of TF's `parallel_for.gradients.jacobian`):
+  Args (in the order of TensorFlow's own jacobian):
     output: a tensor of a graph (a `tf.function` being traced), computed from `inputs`.
     inputs: a tensor, a variable, or a nested structure of them, in the same graph.
     use_pfor: vectorize the per-element gradients with `vectorize.pfor`; False computes them
