@@ -44,5 +44,9 @@ def static_shapes_requested():
 
 def static_shapes_wanted():
   """Static-shape control flow in the graph being built: under XLA, or when requested."""
-  return _options.static_shapes or control_flow_util.GraphOrParentsInXlaContext(
-      tf.compat.v1.get_default_graph())
+  return _options.static_shapes or compiled_by_xla()
+
+
+def compiled_by_xla():
+  """Whether the graph being built is compiled by XLA (`jit_compile=True`)."""
+  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
