@@ -15,6 +15,7 @@ import converters  # pylint: disable=unused-import  (fills the registry)
 from vectorize.control_flow import calls  # pylint: disable=unused-import  (registers calls)
 from vectorize.control_flow import cond  # pylint: disable=unused-import  (registers If, Case)
 from vectorize.control_flow import while_loop  # pylint: disable=unused-import  (registers While)
+from vectorize import chunk_outputs
 from vectorize import options
 from vectorize import trace as trace_module
 from vectorize import walker
@@ -115,34 +116,30 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
 def _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed, report):
   """Converts the body once and runs it over chunks of `chunk_size` iterations.
 
-  Emits a while loop over chunks; each step converts the body for the iterations
-  `[start, min(start + chunk_size, n))` and writes each output's chunk into a TensorArray,
-  concatenated at the end into `[n] + shape`. The body's Operations run in every step; the
-  loop's result stands for them.
+  Emits a while loop over chunks, one at a time (so one chunk's intermediates are alive at
+  once); each step converts the body for the iterations `[start, min(start + chunk_size, n))`
+  and writes each output's rows where `chunk_outputs` keeps them, the output held once. The
+  body's Operations run in every step; the loop's result stands for them.
   """
-  dtypes = [t.dtype for t in body.graph.outputs]
-  shapes = [t.shape for t in body.graph.outputs]
+  places = [chunk_outputs.for_output(t.dtype, t.shape, n, chunk_size)
+            for t in body.graph.outputs]
 
-  def step(start, *arrays):
+  def step(start, *stores):
     size = tf.minimum(chunk_size, n - start)
     values, operations = body.convert(chunk_context(start, size, fallback_allowed, report))
     outs = [stack(v, size) for v in values]
     with tf.control_dependencies(operations):
       return (start + chunk_size,) + tuple(
-          a.write(start // chunk_size, tf.identity(o)) for a, o in zip(arrays, outs))
+          p.write(s, start, tf.identity(o)) for p, s, o in zip(places, stores, outs))
 
-  num_chunks = (n + chunk_size - 1) // chunk_size
-  # A chunk's element shape, where known, lets the concat of no chunks (n = 0) be empty.
-  arrays = tuple(tf.TensorArray(d, size=num_chunks, infer_shape=False,
-                                element_shape=tf.TensorShape([None]).concatenate(s)
-                                if s.is_fully_defined() else None)
-                 for d, s in zip(dtypes, shapes))
-  results = tf.while_loop(lambda start, *_: start < n, step, (tf.constant(0),) + arrays)
+  results = tf.while_loop(lambda start, *_: start < n, step,
+                          (tf.constant(0),) + tuple(p.initial() for p in places),
+                          parallel_iterations=1)
   flat = []
-  for a, shape in zip(results[1:], shapes):
-    t = a.concat()
-    t.set_shape(tf.TensorShape([static_n]).concatenate(shape))
-    flat.append(t)
+  for p, store, t in zip(places, results[1:], body.graph.outputs):
+    out = p.result(store)
+    out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
+    flat.append(out)
   done = tf.group(results[0])   # the final chunk start: after every step
   return flat, [done] * len(body.traced.markers)
 
