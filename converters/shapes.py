@@ -341,6 +341,38 @@ def _convert_one_hot(op):
                           _broadcast_scalar(op, 3, out_rank)))
 
 
+@register("ReverseV2")
+def _convert_reverse_v2(op):
+  """Reverses a view of the stacked input in which each run of neighbouring axes that are
+  all reversed, or all kept, is merged into one axis (the loop axis joins the first kept
+  run). TF's kernel is fast at rank <= 3 and slow above: a horizontal flip of `[n, 1, h, w,
+  c]` images took 6x the time of the same reverse on `[n*h, w, c]`."""
+  x = op.stacked(0)
+  axes = tf.get_static_value(op.invariant(1))
+  rank = x.shape.rank
+  flat_axes = None if axes is None or rank is None else np.ravel(axes)
+  if flat_axes is None or rank == 1 or len(set(flat_axes % (rank - 1))) != len(flat_axes):
+    return stacked(tf.reverse(x, _shifted_axes(op, 1)))   # dynamic, or the kernel's error
+  reversed_axes = {int(a) % (rank - 1) + 1 for a in flat_axes}
+  return stacked(reverse_merged(x, [k in reversed_axes for k in range(rank)]))
+
+
+def reverse_merged(x, flags):
+  """`tf.reverse` of `x` on the axes whose flag is set, done on the merged view."""
+  dims = values.dynamic_shape(x)
+  groups = []                     # [flag, dims of the run]
+  for flag, dim in zip(flags, dims):
+    if groups and groups[-1][0] == flag:
+      groups[-1][1].append(dim)
+    else:
+      groups.append([flag, [dim]])
+  if len(groups) == len(dims):
+    return tf.reverse(x, [k for k, flag in enumerate(flags) if flag])
+  view = values.reshape(x, [values.product(run) for _, run in groups])
+  view = tf.reverse(view, [k for k, (flag, _) in enumerate(groups) if flag])
+  return values.reshape(view, dims)
+
+
 @register("Reverse")
 def _convert_reverse(op):
   """As ReverseV2 on the shifted axes (Reverse itself rejects an empty axis 0, i.e. n = 0)."""
@@ -425,7 +457,6 @@ register_leading_batch("Bitcast")
 register_axis_shift("ExpandDims", axis_input=1)
 register_invariant_output("OnesLike", per_iteration=_ones)
 register_invariant_output("Rank", per_iteration=_rank)
-register_axis_shift("ReverseV2", axis_input=1)
 register_invariant_output("Shape", per_iteration=_shape_like)
 register_invariant_output("Size", per_iteration=_size)
 register_axis_shift("Unpack", axis_attr="axis")
