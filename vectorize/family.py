@@ -84,14 +84,15 @@ def unless_empty(op, convert):
   Unless n is known to be positive, stacked inputs get zero rows up to one iteration and
   stacked outputs are cut back to n (no cond, so XLA compiles it too).
   """
-  if op.ctx.static_n is not None and op.ctx.static_n > 0:
+  n = values.loop_length(op.ctx)
+  known = not isinstance(n, tf.Tensor)
+  if known and n > 0:
     return convert(op)
-  n = op.ctx.n if op.ctx.static_n is None else 0
-  m = tf.maximum(n, 1) if op.ctx.static_n is None else 1
+  m = 1 if known else tf.maximum(n, 1)
   inputs = [Value(tf.pad(v.tensor, [[0, m - n]] + [[0, 0]] * (values.rank(v.tensor) - 1)),
                   True) if v.stacked else v for v in op.inputs]
   ctx = dataclasses.replace(op.ctx, n=tf.convert_to_tensor(m),
-                            static_n=None if op.ctx.static_n is None else 1)
+                            static_n=1 if known else None)
   results = convert(OpInput(op.op, inputs, ctx))
   results = [results] if isinstance(results, Value) else results
   return [stacked(v.tensor[:n]) if v.stacked else v for v in results]
@@ -173,9 +174,7 @@ def register_invariant_output(*op_types, per_iteration):
   """
 
   def convert(op):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    shape = tf.shape(op.value(0).tensor)[1:] if op.is_stacked(0) else \
-        tf.shape(op.value(0).tensor)
+    shape = values.per_iteration_shape(op.value(0))
     if any(op.is_stacked(i) for i in range(1, op.num_inputs)):
       raise Unvectorizable("only input 0 may differ per iteration")
     return [invariant(t) for t in tf.nest.flatten(per_iteration(op, shape))]

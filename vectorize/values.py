@@ -101,6 +101,26 @@ def loop_length(ctx):
   return ctx.static_n if ctx.static_n is not None else ctx.n
 
 
+def per_iteration_shape(value, out_type=tf.int32):
+  """The shape vector of one iteration of `value`: a stacked value's loop axis dropped."""
+  shape = tf.shape(value.tensor, out_type=out_type)
+  return shape[1:] if value.stacked else shape
+
+
+def max_or_zero(tensor):
+  """The largest entry of `tensor`, or 0 when it is empty (a per-iteration vector when n is 0,
+  where a plain reduce_max gives the dtype's lowest value)."""
+  flat = tf.reshape(tensor, [-1])
+  return tf.reduce_max(tf.concat([flat, tf.zeros([1], flat.dtype)], 0))
+
+
+def offset_by_iteration(ids, step, n):
+  """`ids + i * step` in iteration i of the stacked `ids` (`[n, ...]`): ids that address
+  `step` rows of one iteration then address disjoint rows of one `[n*step, ...]` tensor."""
+  offsets = tf.range(tf.cast(n, ids.dtype), dtype=ids.dtype) * tf.cast(step, ids.dtype)
+  return ids + expand_after_loop_axis(offsets, per_iteration_rank(stacked(ids)))
+
+
 def reshape(tensor, dims):
   """`tf.reshape` to `dims`, a list of ints and scalar tensors or a shape vector (never -1
   where n is involved: n may be 0)."""

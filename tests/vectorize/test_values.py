@@ -143,3 +143,32 @@ def test_rank_of_an_unknown_rank_tensor_is_unvectorizable():
     return x
 
   f(tf.zeros([1]))
+
+
+def test_per_iteration_shape_drops_the_loop_axis_of_a_stacked_value_only():
+  x = tf.zeros([3, 4, 5])
+  np.testing.assert_array_equal(_in_graph(lambda: values.per_iteration_shape(stacked(x))),
+                                [4, 5])
+  shape = _in_graph(lambda: values.per_iteration_shape(invariant(x), tf.int64))
+  assert shape.dtype == tf.int64 and shape.numpy().tolist() == [3, 4, 5]
+
+
+def test_max_or_zero_is_zero_for_no_entries_where_reduce_max_is_the_lowest_value():
+  f = tf.function(lambda x: values.max_or_zero(x),
+                  input_signature=[tf.TensorSpec([None, None], tf.int64)])
+  assert f(tf.zeros([0, 2], tf.int64)).numpy() == 0
+  assert f(tf.constant([[3, 7], [5, 1]], tf.int64)).numpy() == 7
+  assert f(tf.constant([[-3]], tf.int64)).numpy() == 0
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_offset_by_iteration_moves_iteration_i_by_i_steps(n):
+  ids = np.arange(n * 4, dtype=np.int64).reshape([n, 2, 2]) % 3
+  out = _in_graph(lambda: values.offset_by_iteration(tf.constant(ids), 3, n))
+  np.testing.assert_array_equal(out, ids + 3 * np.arange(n)[:, None, None])
+
+
+def test_offset_by_iteration_of_a_run_time_rank_and_n():
+  f = tf.function(lambda ids, n: values.offset_by_iteration(ids, tf.constant(5), n),
+                  input_signature=[tf.TensorSpec(None, tf.int32), tf.TensorSpec([], tf.int32)])
+  np.testing.assert_array_equal(f(tf.constant([[1], [2]]), tf.constant(2)), [[1], [7]])
