@@ -64,16 +64,9 @@ def _prepend_iteration_coordinate(indices):
   return tf.concat([ids, indices], -1)
 
 
-def _with_loop_dim(n, shape):
+def _with_loop_dim(ctx, shape):
   """`shape -> [n] + shape` for a shape vector."""
-  return tf.concat([tf.reshape(tf.cast(n, shape.dtype), [1]), shape], 0)
-
-
-def _as_vector(items, dtype):
-  """Packs ints and scalar tensors into a vector of `dtype`."""
-  if all(isinstance(v, (int, np.integer)) for v in items):
-    return values.constant([int(v) for v in items], dtype)
-  return tf.stack([tf.cast(v, dtype) for v in items])
+  return values.prepend_loop_length(shape, ctx.n, ctx.static_n)
 
 
 # ----------------------------------------------------------------------------------------
@@ -152,7 +145,7 @@ def _convert_gather_nd(op):
 def _convert_scatter_nd(op):
   """Scatters every iteration into its own row of `[n] + shape`."""
   indices = _prepend_iteration_coordinate(op.stacked(0))
-  shape = _with_loop_dim(op.ctx.n, op.invariant(2))
+  shape = _with_loop_dim(op.ctx, op.invariant(2))
   return stacked(op.rebuild([indices, op.stacked(1), shape])[0])
 
 
@@ -261,7 +254,7 @@ def _fixed_slice_args(plan, with_loop_axis, dtype):
     masks["begin_mask"] |= int(e.begin_masked) << k
     masks["end_mask"] |= int(e.end_masked) << k
     masks["shrink_axis_mask"] |= int(e.shrink) << k
-  vectors = [_as_vector([e[j] for e in entries], dtype) for j in range(3)]
+  vectors = [values.shape_vector([e[j] for e in entries], dtype) for j in range(3)]
   return vectors + [masks]
 
 
@@ -286,7 +279,7 @@ def _varying_length(sizes, static_length):
   """The common length: static when known, else the largest (0 when there is none)."""
   if static_length is not None:
     return static_length
-  return tf.reduce_max(tf.concat([sizes, tf.zeros([1], sizes.dtype)], 0))
+  return values.max_or_zero(sizes)
 
 
 def _column(op, i, k, dtype):
@@ -304,7 +297,7 @@ def _dim_sizes(op, x, rank, dtype):
   """Per-iteration dim sizes of input 0 (the Value `x`): ints where static, else scalars."""
   shape = op.input_shape(0)
   static = shape.as_list() if shape.rank is not None else [None] * rank
-  dynamic = tf.shape(x.tensor, out_type=dtype)[int(x.stacked):]
+  dynamic = values.per_iteration_shape(x, dtype)
   return [static[d] if static[d] is not None else dynamic[d] for d in range(rank)]
 
 
@@ -491,12 +484,12 @@ def _convert_strided_slice_grad(op):
   if op.is_stacked(0) or op.is_stacked(3):
     raise Unvectorizable("the shape or strides of a strided-slice gradient differ per "
                          "iteration")
-  n = op.ctx.n
   shape, dy = op.invariant(0), op.stacked(4)
   if not op.is_stacked(1) and not op.is_stacked(2):
     begin, end, strides = (op.invariant(i) for i in (1, 2, 3))
-    return stacked(op.rebuild([_with_loop_dim(n, shape), _prepend(begin, 0), _prepend(end, 0),
-                               _prepend(strides, 1), dy], _shifted_masks(op))[0])
+    return stacked(op.rebuild([_with_loop_dim(op.ctx, shape), _prepend(begin, 0),
+                               _prepend(end, 0), _prepend(strides, 1), dy],
+                              _shifted_masks(op))[0])
   plan, new_axes = _strided_slice_plan(op, None)
   dtype = op.attr("Index")
   if new_axes:
@@ -513,7 +506,7 @@ def _convert_strided_slice_grad(op):
   if not _has_fixed(plan):
     return stacked(dy)
   begin, end, strides, masks = _fixed_slice_args(plan, True, dtype)
-  return stacked(tf.raw_ops.StridedSliceGrad(shape=_with_loop_dim(n, shape), begin=begin,
+  return stacked(tf.raw_ops.StridedSliceGrad(shape=_with_loop_dim(op.ctx, shape), begin=begin,
                                              end=end, strides=strides, dy=dy, **masks))
 
 
@@ -547,8 +540,8 @@ def _convert_xla_dynamic_update_slice(op):
     start = tf.concat([tf.zeros([1], indices.dtype), indices], 0)
     return stacked(op.rebuild([x, update, start])[0])
   indices = op.stacked(2)                                        # [n, r]
-  room = (tf.shape(x, out_type=indices.dtype)[1:] -
-          tf.shape(update, out_type=indices.dtype)[1:])
+  room = (values.per_iteration_shape(stacked(x), indices.dtype) -
+          values.per_iteration_shape(stacked(update), indices.dtype))
   begin = tf.minimum(tf.maximum(indices, 0), room)
   paddings = tf.stack([begin, room - begin], axis=2)             # [n, r, 2]
   placed = shapes.pad_per_iteration(update, paddings, op.output_shape(0))
@@ -607,7 +600,7 @@ def _convert_dynamic_stitch(op):
   Stacked indices: iteration i's indices are offset by i * size, one stitch fills
   `[n * size, rest]`, split back; `size` (largest index + 1) is the same in every
   iteration whenever the loop's result can be stacked."""
-  n = op.ctx.n
+  n = values.loop_length(op.ctx)
   num = op.num_inputs // 2
   indices, data = op.inputs[:num], op.inputs[num:]
   ranks = [_rank(op, m) for m in range(num)]
@@ -617,8 +610,7 @@ def _convert_dynamic_stitch(op):
   all_indices = [values.stack(v, n) for v in indices]
   largest = tf.reduce_max(tf.stack([tf.reduce_max(t) for t in all_indices]))
   size = tf.maximum(largest, -1) + 1
-  offsets = tf.range(n) * size
-  shifted = [t + values.expand_after_loop_axis(offsets, r) for t, r in zip(all_indices, ranks)]
+  shifted = [values.offset_by_iteration(t, size, n) for t in all_indices]
   out = op.rebuild(shifted + [values.stack(v, n) for v in data])[0]  # [n * size, rest...]
   return stacked(values.split_leading(out, n, size))
 
@@ -629,7 +621,7 @@ def _convert_dynamic_partition(op):
   back. Stacked partitions: partition every iteration at once (order is kept, so each output
   is iteration-major) and split the loop axis back; each iteration must send the same number
   of elements to each partition (a run-time assertion checks it)."""
-  n = op.ctx.n
+  n = values.loop_length(op.ctx)
   r = _rank(op, 1)
   num_partitions = op.attr("num_partitions")
   data, partitions = op.value(0), op.value(1)
@@ -641,7 +633,7 @@ def _convert_dynamic_partition(op):
   shape = tf.shape(data)
   flat_data = tf.reshape(data, tf.concat([tf.reshape(tf.reduce_prod(shape[:r + 1]), [1]),
                                           shape[r + 1:]], 0))
-  per_iteration = tf.reshape(partitions.tensor, tf.stack([n, tf.reduce_prod(shape[1:r + 1])]))
+  per_iteration = values.reshape(partitions.tensor, [n, tf.reduce_prod(shape[1:r + 1])])
   counts = tf.reduce_sum(tf.one_hot(per_iteration, num_partitions, dtype=tf.int32), 1)
   check = tf.debugging.Assert(
       tf.reduce_all(tf.equal(counts, counts[:1])),
