@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 import vectorize
+from benchmarks import workload
 
 RECORDS = 2048
 IMAGE, RESIZED, RAW = 32, 24, 64
@@ -139,7 +140,6 @@ def build_suite(batch, jit_compile=False):
   hand-batched map, TF's pfor = batch then `tf.vectorized_map`. Strings have no XLA kernels,
   so `jit_compile` changes nothing: the suite should run this workload without XLA."""
   del jit_compile
-  from benchmarks import workload  # pylint: disable=g-import-not-at-top
   source = tf.data.Dataset.from_tensor_slices(make_records())
 
   def summed(make_dataset):
@@ -158,6 +158,19 @@ def build_suite(batch, jit_compile=False):
       workload.TF_PFOR: summed(lambda ds: ds.batch(batch).map(
           lambda records: tf.vectorized_map(preprocess, records))),
   }
+
+
+WORKLOAD = workload.Workload(
+    name="tfdata_records",
+    title=f"tf.data pipeline over {RECORDS} serialized tf.Examples (parse, decode a "
+          f"{IMAGE}x{IMAGE} PNG and resize to {RESIZED}x{RESIZED}, decode {RAW} raw floats, "
+          "hash a lower-cased word), one epoch; strings have no XLA kernels, so the XLA "
+          "forms run the same graph",
+    unit="records", build=build_suite, compiles_inside=True, batch_sizes=(32, 128),
+    quick_batch_sizes=(128,),
+    forms={workload.HAND: "batch(b).map(batched fn, PNGs by tf.map_fn)",
+           workload.VECTORIZE: "map_and_batch(fn, b)", workload.LOOP: "map(fn).batch(b)",
+           workload.TF_PFOR: "batch(b).map(tf.vectorized_map(fn))"})
 
 
 def check(forms, reference="map_batch", tol=1e-5):
