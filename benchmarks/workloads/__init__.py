@@ -1,6 +1,8 @@
 """The suite's workloads, in the order the runner runs and reports them (the paper's §6)."""
 
+from benchmarks.workloads import augmentation
 from benchmarks.workloads import convnet
+from benchmarks.workloads import data_pipeline
 from benchmarks.workloads import jacobians
 from benchmarks.workloads import keras_layers
 from benchmarks.workloads import linear
@@ -23,4 +25,6 @@ ALL = (
     keras_layers.DP_SGD,
     keras_layers.TRANSFORMER,
     keras_layers.INFERENCE,
+    augmentation.WORKLOAD,
+    data_pipeline.WORKLOAD,
 )
