@@ -125,7 +125,4 @@ CASES = [
     case("SerializeTensor", tf.io.serialize_tensor, [[2, 3]], [None], dtypes=[tf.float32]),
 ]
 
-UNTESTED = {
-    "MapDefun": "made by the per-row converters, not by users: vectorized again by nested "
-                "vectorization (test_parsing.py)",
-}
+UNTESTED = {}
