@@ -1,5 +1,6 @@
 """Array ops: block rearrangements (space/batch, depth/space), diagonals, rolls, top-k,
-sorted search, histograms and bin counts, sparse segment gradients, einsum under XLA, Print.
+sorted search, histograms and bin counts, sparse segment gradients, Print (XlaEinsum shares
+Einsum's converter, in linalg.py).
 
 The tricks:
 - fold: ops with a batch axis take the loop axis folded into it; where the kernel orders its
@@ -19,7 +20,8 @@ from vectorize import walker
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.registry import register
-from vectorize.values import (Value, dynamic_shape, invariant, loop_length, merge_leading,
+from vectorize.values import (Value, dynamic_shape, invariant, loop_length, max_or_zero,
+                              merge_leading, offset_by_iteration, per_iteration_shape,
                               product, rank, reshape, shift_axis, split_leading, stacked)
 
 
@@ -81,7 +83,7 @@ def _convert_diag_part(op):
   n, shape = loop_length(op.ctx), _shape(x)
   half = (len(shape) - 1) // 2
   dims = shape[1:1 + half]
-  full = tf.shape(x)[1:]
+  full = per_iteration_shape(op.value(0))
   check = tf.debugging.Assert(
       tf.reduce_all(tf.equal(full[:half], full[half:])),
       [f"DiagPart {op.op.name!r}{walker.user_location(op.op)}: the input's first half of "
@@ -123,19 +125,6 @@ def _convert_roll(op):
   return stacked(x)
 
 
-@register("XlaEinsum")
-def _convert_xla_einsum(op):
-  """Gives the stacked operands a fresh leading subscript, which also leads the output."""
-  equation = op.attr("equation").decode().replace(" ", "")
-  if "->" not in equation:
-    raise Unvectorizable(f"einsum equation {equation!r} has no explicit output")
-  operands, output = equation.split("->")
-  loop = next(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in operands + output)
-  subscripts = [loop + s if op.is_stacked(i) else s for i, s in enumerate(operands.split(","))]
-  new_equation = ",".join(subscripts) + "->" + loop + output
-  return stacked(op.rebuild([v.tensor for v in op.inputs], {"equation": new_equation})[0])
-
-
 def _counts_per_row(ids, num_bins, dtype, weights=None, binary=False):
   """`[rows, k]` ids -> `[rows, num_bins]` counts (or weight sums; 0/1 if `binary`), one row
   per row, by the kernel's 2-D form (ids past the bins count nowhere, negative ones fail)."""
@@ -173,7 +162,7 @@ def _common_size(op):
   size = op.value(1)
   if not size.stacked:
     return size.tensor, []
-  common = tf.reduce_max(tf.concat([size.tensor, tf.zeros([1], size.dtype)], 0))
+  common = max_or_zero(size.tensor)
   message = (f"{op.type} {op.op.name!r}{walker.user_location(op.op)} in a vectorized loop: "
              "the number of bins differs per iteration, and counts of different sizes cannot "
              "be stacked; give tf.math.bincount equal minlength and maxlength, or count "
@@ -216,8 +205,7 @@ def _offset_ids(op, ids, step, n, what):
       [f"{op.type} {op.op.name!r}{walker.user_location(op.op)}: {what} out of range [0, ",
        step, ")"])
   with tf.control_dependencies([check]):
-    offsets = tf.range(n, dtype=ids.dtype) * step
-    return merge_leading(ids + offsets[:, None])
+    return merge_leading(offset_by_iteration(ids, step, n))
 
 
 @register("SparseSegmentMeanGrad", "SparseSegmentSqrtNGrad", "SparseSegmentSumGrad")

@@ -8,8 +8,6 @@ operand's rows or columns so the op runs once: `x_i @ W` is one 2-D MatMul on `[
 and `solve(A, B_i)` factors A once for `[M, n*K]` right-hand sides.
 """
 
-import functools
-import operator
 import string
 
 import tensorflow as tf
@@ -18,19 +16,8 @@ from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise, register_leading_batch
 from vectorize.registry import register
-from vectorize.values import (dynamic_shape, expand_after_loop_axis, invariant, rank,
-                              stacked)
-
-
-def _reshape(tensor, dims):
-  """`tf.reshape` to dims given as ints and scalar tensors (never -1, so n may be 0)."""
-  return values.reshape(tensor, dims)
-
-
-def _dim(tensor, axis):
-  """One dim of `tensor`: an int where static, else a scalar tensor."""
-  static = tensor.shape[axis] if tensor.shape.rank is not None else None
-  return static if static is not None else tf.shape(tensor)[axis]
+from vectorize.values import (dynamic_shape, expand_after_loop_axis, invariant, product,
+                              rank, reshape, stacked)
 
 
 def _fold_rows_matmul(x, w, transpose_w):
@@ -40,10 +27,9 @@ def _fold_rows_matmul(x, w, transpose_w):
   `-> [n, ..., m, p]`.
   """
   shape = dynamic_shape(x)
-  rows = functools.reduce(operator.mul, shape[:-1], 1)
-  product = tf.raw_ops.MatMul(a=_reshape(x, [rows, shape[-1]]), b=w, transpose_a=False,
-                              transpose_b=transpose_w)
-  return _reshape(product, shape[:-1] + [dynamic_shape(product)[-1]])
+  out = tf.raw_ops.MatMul(a=reshape(x, [product(shape[:-1]), shape[-1]]), b=w,
+                          transpose_a=False, transpose_b=transpose_w)
+  return reshape(out, shape[:-1] + [dynamic_shape(out)[-1]])
 
 
 def _batch_matmul(x, y, transpose_x, transpose_y):
@@ -94,7 +80,7 @@ def _convert_batch_mat_mul(op):
   return stacked(op.rebuild([xs, ys])[0])
 
 
-@register("Einsum")
+@register("Einsum", "XlaEinsum")
 def _convert_einsum(op):
   """Gives the stacked operands a fresh leading subscript, which also leads the output.
 
@@ -124,8 +110,8 @@ def _solve_with_loop_in_columns(rhs, solve):
   shape = dynamic_shape(rhs)
   n, k = shape[0], shape[-1]
   moved = tf.transpose(rhs, list(range(1, r - 1)) + [0, r - 1])  # [b..., M, n, K]
-  solution = solve(_reshape(moved, shape[1:-1] + [n * k]))
-  solution = _reshape(solution, dynamic_shape(solution)[:-1] + [n, k])  # [b..., N, n, K]
+  solution = solve(reshape(moved, shape[1:-1] + [n * k]))
+  solution = reshape(solution, dynamic_shape(solution)[:-1] + [n, k])  # [b..., N, n, K]
   return tf.transpose(solution, [r - 2] + list(range(r - 2)) + [r - 1])
 
 
@@ -187,7 +173,8 @@ def _convert_matrix_set_diag(op):
   x, diagonal = op.value(0), op.value(1)
   k = op.invariant(2) if op.num_inputs > 2 else tf.constant(0)
   align = op.attr("align") if op.type == "MatrixSetDiagV3" else "LEFT_LEFT"  # V2 packs left
-  rows, cols = _dim(x.tensor, -2), _dim(x.tensor, -1)
+  shape = dynamic_shape(x.tensor)
+  rows, cols = shape[-2], shape[-1]
   matrix = tf.raw_ops.MatrixDiagV3(diagonal=diagonal.tensor, k=k, num_rows=rows, num_cols=cols,
                                    padding_value=tf.zeros([], x.dtype), align=align)
   offset = tf.range(cols)[None, :] - tf.range(rows)[:, None]  # j - i, [M, N]
@@ -197,7 +184,11 @@ def _convert_matrix_set_diag(op):
 
 @register("BandedTriangularSolve")
 def _convert_banded_triangular_solve(op):
-  """Broadcasts batch dims; skipped when n is 0, as the CPU kernel rejects empty operands."""
+  """Broadcasts batch dims; skipped when n is 0, as the CPU kernel rejects empty operands.
+
+  Not `rejects_empty`: its padded iteration would solve a zero (or a given invariant)
+  matrix, which the kernel rejects as singular, so n = 0 emits the empty result instead.
+  """
   bands, rhs = op.align_for_broadcast()
   if op.ctx.static_n is not None and op.ctx.static_n > 0:
     return stacked(op.rebuild([bands, rhs])[0])
