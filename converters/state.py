@@ -48,6 +48,7 @@ from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.family import run_sequential
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
+from vectorize.whole_body_loop import StatefulRefusal
 
 _READ, _METADATA, _ASSIGN, _ADD, _CALL_READ, _OTHER = (
     "read", "metadata", "assign", "add", "call that only reads", "other")
@@ -145,7 +146,7 @@ def _refuse(op, reason):
   scope = op.op.name.rpartition("/")[0]
   scope = scope[:-len("/Read")] if scope.endswith("/Read") else scope   # Variable.read_value
   layer = f" in layer (name scope) {scope!r}" if scope else ""
-  raise ConversionError(
+  raise StatefulRefusal(
       f"Cannot vectorize {op.type} {op.op.name!r}{layer}{walker.user_location(op.op)}: a "
       f"stateful op cannot be vectorized when {reason}; a sequential loop would give each "
       "iteration a different value. Read or update the variable outside the loop (return "

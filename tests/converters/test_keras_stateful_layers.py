@@ -202,11 +202,11 @@ def test_rebinding_a_global_layer_converts_anew():
   testing.assert_allclose(actual[:, 0], _rebound_layer(_X).numpy())
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError,
-                   reason="vectorize/engine.py (A): with the fallback on, a body whose variable "
-                   "updates are no affine recurrence needs the whole body run as a sequential "
-                   "loop; today it is a ConversionError naming the layer and line")
-def test_update_that_is_not_affine_runs_sequentially_with_the_fallback_on():
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [4, 0])
+def test_update_that_is_not_affine_runs_sequentially_with_the_fallback_on(mode, n):
+  """The engine converts in a scratch graph first (vectorize/whole_body_loop.py): the refusal
+  there makes the whole body one sequential loop, nothing stateful emitted twice."""
   variable = tf.Variable(tf.fill([3], 0.5))
 
   def body(i):
@@ -214,8 +214,21 @@ def test_update_that_is_not_affine_runs_sequentially_with_the_fallback_on():
     variable.assign(old * old + _X[i])
     return old
 
-  actual = vectorize.pfor(body, 4, fallback_to_while_loop=True).numpy()
+  actual = testing.run_pfor(body, n, mode=mode, fallback=True)
   after = variable.numpy()
   variable.assign(tf.fill([3], 0.5))
-  testing.assert_allclose(actual, testing.sequential(body, 4))
+  testing.assert_allclose(actual, testing.sequential(body, n, testing.output_spec(body)))
   testing.assert_allclose(after, variable.numpy())
+
+
+def test_update_that_is_not_affine_with_the_fallback_off_names_the_line():
+  variable = tf.Variable(tf.fill([3], 0.5))
+
+  def body(i):
+    old = variable.read_value()
+    variable.assign(old * old + _X[i])
+    return old
+
+  with pytest.raises(vectorize.ConversionError, match=r"test_keras_stateful_layers.py:\d+"):
+    vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  np.testing.assert_array_equal(variable.numpy(), np.full([3], 0.5, np.float32))

@@ -1,0 +1,72 @@
+"""The whole body as a sequential loop, for bodies whose state cannot be vectorized.
+
+A variable the body reads and updates by anything but an affine recurrence (e.g. `v <- v*v +
+x_i`) gives each iteration the state the previous one left: no vectorized form exists, and
+running only the refusing op in a loop would not help, since the other stateful ops around
+it would already be emitted, and would run. So with the fallback on the engine decides first:
+`refuses_state` converts the body in a scratch graph that is never run; when a stateful op
+refuses there, the caller emits `run_sequentially` instead, one iteration after another.
+"""
+
+from absl import logging
+import tensorflow as tf
+from tensorflow.python.framework import func_graph
+
+from vectorize import trace as trace_module
+from vectorize.errors import ConversionError
+
+_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+           "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
+           "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
+           "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
+           "ResourceScatterNdSub")
+
+
+class StatefulRefusal(ConversionError):
+  """A stateful op that has no vectorized form here: the whole body must run as a loop."""
+
+
+def writes_variables(graph):
+  """Whether the body graph, or a function it calls, writes a resource variable."""
+  graph_def = graph.as_graph_def()
+  nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+  return any(node.op in _WRITES for node in nodes)
+
+
+def refuses_state(convert):
+  """The StatefulRefusal that `convert()` raises in a scratch graph (never run), or None."""
+  scratch = func_graph.FuncGraph("pfor_trial_conversion")
+  with scratch.as_default():
+    try:
+      convert()
+    except StatefulRefusal as refusal:
+      return refusal
+  return None
+
+
+def run_sequentially(loop_fn, traced, n, static_n, refusal):
+  """`loop_fn(i)` for i in range(n), one iteration after another, stacked; `traced` (the
+  body traced once) gives the output structure. Logs why."""
+  if trace_module.OPERATION in traced.kinds:
+    raise ConversionError(f"{refusal} (The body returns an Operation, which a sequential "
+                          "loop of the whole body does not return.)")
+  logging.warning("vectorize: the whole body runs as a sequential while loop, which is slow: "
+                  "%s", refusal)
+  fn = trace_module.autograph_like_caller(loop_fn)
+  outputs = traced.graph.outputs
+
+  def step(i, *arrays):
+    leaves = tf.nest.flatten(fn(i), expand_composites=False)
+    tensors = [tf.convert_to_tensor(leaf) for leaf, kind in zip(leaves, traced.kinds)
+               if kind == trace_module.TENSOR]
+    return (i + 1,) + tuple(a.write(i, t) for a, t in zip(arrays, tensors))
+
+  arrays = tuple(tf.TensorArray(t.dtype, size=n, element_shape=t.shape) for t in outputs)
+  arrays = tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0),) + arrays,
+                         parallel_iterations=1)[1:]
+  flat = []
+  for array, t in zip(arrays, outputs):
+    out = array.stack()
+    out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
+    flat.append(out)
+  return traced.pack(flat, [])
