@@ -19,6 +19,7 @@ from vectorize import chunk_outputs
 from vectorize import options
 from vectorize import trace as trace_module
 from vectorize import walker
+from vectorize import whole_body_loop
 from vectorize.config import PForConfig
 from vectorize.control_flow.active_set import Masked, Partitioned
 from vectorize.context import Context, Report
@@ -103,6 +104,12 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
     raise ValueError("pfor_config reductions cannot be combined with parallel_iterations: "
                      "a reduction needs all iterations at once.")
   with tf.name_scope("pfor"):
+    refusal = (fallback_allowed and not chunked and body.config is None and
+               whole_body_loop.writes_variables(body.graph) and
+               whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
+                   n, static_n, fallback_allowed, Report(warn=False)))))
+    if refusal:
+      return whole_body_loop.run_sequentially(loop_fn, body.traced, n, static_n, refusal)
     if not chunked:
       values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
                                                            report))
