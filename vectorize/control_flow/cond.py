@@ -22,7 +22,7 @@ one; a TensorList one becomes an empty list of the element type the other branch
 """
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.ops import cond_v2
 from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
@@ -176,22 +176,20 @@ def _run_part(op, graph, part, args):
 
 
 def _unlowered_cond(pred, true_fn, false_fn):
-  """`tf.cond`, kept a functional If rather than lowered to Switch / Merge.
+  """`tf.cond`, emitted as a two-branch Case that is never lowered to Switch / Merge, nor
+  is its gradient.
 
   Lowered, TF's arithmetic optimizer rewrites an add chain with broadcasting in a branch
   (`x + x + b`, x of shape [None, 1], b of shape [1]) into an empty tensor of shape (0,):
   a silent wrong answer that plain TF code shows too (fuzz seeds 1000020, 1000268). The
-  guard is ours, so its branches must survive; a functional If's branch is optimized as a
-  function, where the rewrite is right.
+  guard is ours, so its branches must survive; a functional branch is optimized as a
+  function, where the rewrite is right. A Case, unlike an If, passes its lowering flag on
+  to the conditional its gradient builds (seed 1000268 went wrong in gradients only).
+  `true_fn` is branch 0: the gradient gives the forward Case branch 0's output shapes, and
+  the zeros' static leading 0 would be wrong for the taken branch.
   """
-  graph = tf.compat.v1.get_default_graph()
-  before = len(graph.get_operations())
-  outputs = tf.cond(pred, true_fn, false_fn)
-  for created in graph.get_operations()[before:]:
-    if created.type in ("If", "StatelessIf"):
-      created._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
-                        attr_value_pb2.AttrValue(b=False))
-  return outputs
+  return cond_v2.indexed_case(tf.where(pred, 0, 1), [true_fn, false_fn],
+                              lower_using_switch_merge=False)
 
 
 def _zeros_can_stand_for(outputs):

@@ -173,3 +173,30 @@ def test_add_chain_in_a_per_iteration_branch_survives_grappler(mode):
     x = X8[-1 - i]
     return tf.cond(P8[-1 - i] > 0.0, lambda: tf.tanh(W8) + (x + x + B8), lambda: W8)
   testing.check_against_loop(body, 3, mode=mode)
+
+
+def test_add_chain_in_a_per_iteration_branch_survives_grappler_in_the_gradient():
+  """Fuzz seed 1000268, shrunk: the gradient of the guard cond was lowered to Switch /
+  Merge again, and Grappler turned the gradient's add chain into shape (0,) (a silent
+  wrong answer); the guard is now a Case that passes its lowering flag to its gradient."""
+  def make_body(x):
+    def body(i):
+      xi = x[-1 - i]
+      return tf.cond(P8[-1 - i] > 0.0, lambda: tf.tanh(xi), lambda: xi + xi + B8)
+    return body
+
+  @tf.function(autograph=False)
+  def pfor_grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = vectorize.pfor(make_body(x), 3, fallback_to_while_loop=False)
+      total = tf.reduce_sum(out * out)
+    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
+
+  with tf.GradientTape() as tape:
+    tape.watch(X8)
+    body = make_body(X8)
+    out = tf.stack([body(tf.constant(i)) for i in range(3)])
+    total = tf.reduce_sum(out * out)
+  expected = tf.convert_to_tensor(tape.gradient(total, X8))
+  np.testing.assert_allclose(pfor_grad(X8), expected, rtol=1e-5)
