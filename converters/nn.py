@@ -178,15 +178,13 @@ def _window_attrs(op, window):
   return attrs
 
 
-def _patches(x, ksize, window):
-  """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels (the order of
-  a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`).
+def _taps(x, ksize, window):
+  """`[B, *spatial, c]` -> one slice per filter tap (taps in a filter's order), each the
+  input pixels that tap meets, in output order, and the output's spatial size.
 
   The input is padded, and each strided spatial dim split into `[q, stride]`, so every tap is
-  one plain slice: strided slices are slow on CPU, and XLA lowers ExtractImagePatches to a
-  convolution with a one-hot filter, prod(ksize)*c times the work. The taps are concatenated
-  on the channel axis and the split dims merged back by one reshape at the end (a tap is
-  `[B, o, 1, ...]` there), so a k*k filter costs k*k slices and one concat.
+  one plain slice (strided slices are slow on CPU); a tap is then `[B, o, 1, ...]` in each
+  strided dim, which one reshape merges.
   """
   shape = dynamic_shape(x)
   spatial = _static_ints(shape[1:-1], "the input's spatial size")
@@ -207,8 +205,7 @@ def _patches(x, ksize, window):
     out.append(o)
   if any(p for pair in pads for p in pair):
     x = graph_io.pad(x, [[0, 0]] + pads + [[0, 0]])
-  strided = any(s > 1 for s in window.strides)
-  if strided:
+  if any(s > 1 for s in window.strides):
     x = reshape(x, shape[:1] + split + shape[-1:])
   size = [-1]
   for s, o in zip(window.strides, out):
@@ -220,9 +217,22 @@ def _patches(x, ksize, window):
     for t, d, s in zip(tap, window.dilations, window.strides):
       begin += [t * d // s, t * d % s] if s > 1 else [t * d]
     taps.append(graph_io.slice_(x, begin + [0], size))
+  return taps, out
+
+
+def _patches(x, ksize, window):
+  """`[B, *spatial, c] -> [B, *out_spatial, prod(ksize)*c]`, taps then channels (the order of
+  a filter `[*ksize, c, k]` reshaped to `[prod(ksize)*c, k]`).
+
+  The taps are concatenated on the channel axis (XLA lowers ExtractImagePatches to a
+  convolution with a one-hot filter, prod(ksize)*c times the work), so a k*k filter costs
+  k*k slices and one concat.
+  """
+  taps, out = _taps(x, ksize, window)
   patches = graph_io.concat(taps, -1)
-  if strided:
-    patches = reshape(patches, shape[:1] + out + [product(ksize) * shape[-1]])
+  if any(s > 1 for s in window.strides):
+    patches = reshape(patches, dynamic_shape(x)[:1] + out + [product(ksize) *
+                                                             dynamic_shape(x)[-1]])
   return patches
 
 
@@ -240,16 +250,18 @@ def _conv_both_stacked(x, f, window):
 
 
 def _filter_gradient_both_stacked(x, dy, sizes, window):
-  """Per-iteration filter gradients: patches of stacked x `[n, b, *spatial, c]` against
-  stacked dy `[n, b, *out, k]`, `[n, P, b*o]^T x [n, b*o, k] -> [n, *ksize, c, k]`."""
+  """Per-iteration filter gradients of stacked x `[n, b, *spatial, c]` and dy
+  `[n, b, *out, k]`: one batch matmul per filter tap, its input pixels against dy,
+  `[n, b*o, c]^T x [n, b*o, k] -> [n, c, k]`, stacked into `[n, *ksize, c, k]`. (One matmul
+  of all taps' patches first copies the input prod(ksize) times: 1.5-2x the time on CPU.)"""
   n, b = dynamic_shape(x)[:2]
   ksize = _static_ints(sizes[:-2], "the filter's spatial size")
-  patches = _patches(merge_leading(x), ksize, window)  # [n*b, *out, P]
+  taps, _ = _taps(merge_leading(x), ksize, window)  # each [n*b, *out, c]
   dy_shape = dynamic_shape(dy)
   m = b * product(dy_shape[2:-1])
-  patches = reshape(patches, [n, m, dynamic_shape(patches)[-1]])
   dy = reshape(dy, [n, m, dy_shape[-1]])
-  return reshape(tf.matmul(patches, dy, transpose_a=True), [n] + list(sizes))
+  grads = [tf.matmul(reshape(t, [n, m, sizes[-2]]), dy, transpose_a=True) for t in taps]
+  return reshape(graph_io.pack(grads, 1), [n] + list(sizes))
 
 
 def _dilate(x, axis, stride):
