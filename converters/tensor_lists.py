@@ -91,12 +91,6 @@ def _read_element_shape(op):
   return shape[skip:] if shape.rank is not None else None
 
 
-def _per_iteration(op, i):
-  """Input i as an `[n]` vector (an invariant scalar is broadcast)."""
-  v = op.value(i)
-  return v.tensor if v.stacked else tf.fill(tf.reshape(op.ctx.n, [1]), v.tensor)
-
-
 def _at(dense, positions):
   """Coordinates `[n, 2]` of (iteration j, positions[j]) in the buffer."""
   return tf.stack([tf.range(tf.shape(dense.lengths)[0]), positions], axis=1)
@@ -116,7 +110,7 @@ def _list_value(dense):
 def _convert_tensor_list_set_item(op):
   item = _items(op, 2)
   dense = _dense_to_write(op, item)
-  index = _per_iteration(op, 1)
+  index = op.stacked(1)
   if op.op.get_attr("resize_if_index_out_of_bounds"):
     dense = _grown(op, dense, tf.reduce_max(index) + 1)
     dense = DenseList(dense.buffer, tf.maximum(dense.lengths, index + 1))
@@ -144,14 +138,14 @@ def _convert_tensor_list_reserve(op):
 @register("TensorListGetItem")
 def _convert_tensor_list_get_item(op):
   dense = _dense(op, 0)
-  return stacked(indexing.gather_nd(dense.buffer, _at(dense, _per_iteration(op, 1))))
+  return stacked(indexing.gather_nd(dense.buffer, _at(dense, op.stacked(1))))
 
 
 @register("TensorListPushBack")
 def _convert_tensor_list_push_back(op):
   item = _items(op, 1)
   dense = _dense_to_write(op, item)
-  dense = _grown(op, dense, _max_or_zero(dense.lengths) + 1)
+  dense = _grown(op, dense, values.max_or_zero(dense.lengths) + 1)
   buffer = indexing.tensor_scatter_nd_update(dense.buffer, _at(dense, dense.lengths), item)
   return _list_value(DenseList(_known_elements(buffer, item), dense.lengths + 1))
 
@@ -191,7 +185,7 @@ def _convert_tensor_list_concat_v2(op):
 def _convert_tensor_list_from_tensor(op):
   tensor = op.stacked(0)                      # [n, length] + element_shape
   length = tf.shape(tensor)[1]
-  return _list_value(DenseList(tensor, tf.fill(tf.reshape(op.ctx.n, [1]), length)))
+  return _list_value(DenseList(tensor, values.stack(invariant(length), op.ctx.n)))
 
 
 @register("TensorListLength")
@@ -208,8 +202,8 @@ def _convert_tensor_list_element_shape(op):
 @register("TensorListResize")
 def _convert_tensor_list_resize(op):
   dense = _dense(op, 0)
-  size = _per_iteration(op, 1)
-  dense = _grown(op, dense, _max_or_zero(size))
+  size = op.stacked(1)
+  dense = _grown(op, dense, values.max_or_zero(size))
   return _list_value(DenseList(dense.buffer, size))
 
 
@@ -229,7 +223,7 @@ def _convert_tensor_list_scatter_into_existing_list(op):
   indices = op.stacked(2)                     # [n, k]
   k = tf.shape(indices)[1]
   rows = tf.tile(tf.range(tf.shape(indices)[0])[:, None], [1, k])
-  dense = _grown(op, dense, _max_or_zero(indices) + 1)
+  dense = _grown(op, dense, values.max_or_zero(indices) + 1)
   buffer = indexing.tensor_scatter_nd_update(dense.buffer, tf.stack([rows, indices], axis=2),
                                              tensor)
   return _list_value(DenseList(buffer, tf.maximum(dense.lengths, tf.reduce_max(
@@ -250,7 +244,8 @@ def _common_length(op, dense, static_length):
   as no list says how long it is)."""
   if static_length is not None:
     return static_length
-  longest = tf.where(op.ctx.n > 0, _max_or_zero(dense.lengths), tf.shape(dense.buffer)[1])
+  longest = tf.where(op.ctx.n > 0, values.max_or_zero(dense.lengths),
+                     tf.shape(dense.buffer)[1])
   if (op.ctx.static_shapes and dense.buffer.shape[1] is not None and
       not _from_constants(longest)):
     return dense.buffer.shape[1]
@@ -276,6 +271,3 @@ def _from_constants(tensor, limit=200):
         frontier.append(t.op)
   return True
 
-
-def _max_or_zero(x):
-  return tf.reduce_max(tf.concat([tf.reshape(x, [-1]), [0]], 0))
