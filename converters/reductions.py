@@ -71,17 +71,14 @@ def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
   Returns:
     The stacked result `[n, s, rest...]`.
   """
-  n, static_n = op.ctx.n, op.ctx.static_n
+  n = values.loop_length(op.ctx)
   dtype = ids.tensor.dtype
-  id_rank = values.rank(ids.tensor) - (1 if ids.stacked else 0)
   s = num_segments if isinstance(num_segments, int) else tf.cast(num_segments, dtype)
-  offsets = values.expand_after_loop_axis(tf.range(tf.cast(n, dtype)) * s, id_rank)
-  in_range = tf.logical_and(ids.tensor >= 0, ids.tensor < s)
-  flat_ids = tf.where(in_range, ids.tensor + offsets, tf.constant(-1, dtype))  # [n, d...]
-  if static_n is not None and isinstance(num_segments, int):
-    total = static_n * num_segments
-  else:
-    total = tf.cast(n, dtype) * s
+  ids_tensor = values.stack(ids, n)  # [n, d...]
+  in_range = tf.logical_and(ids_tensor >= 0, ids_tensor < s)
+  flat_ids = tf.where(in_range, values.offset_by_iteration(ids_tensor, s, n),
+                      tf.constant(-1, dtype))
+  total = n * s if isinstance(n, int) else tf.cast(n, dtype) * s
   data = values.stack(rows, n)  # [n, d..., rest...]
   out = values.reshape_leading(_UNSORTED[kind](data, flat_ids, total), [n, num_segments])
   if kind in ("mean", "sqrt_n") or (empty_is_zero and kind in ("max", "min")):
