@@ -2,8 +2,9 @@
 
 One context per converted graph: the loop length n, the loop index of each lane
 (`indices`, all of `range(n)` unless a conditional or loop runs a subset), the active set
-(which strategy its control flow uses) and the conversion policy. The `Report`, shared by every context of one conversion, records how each op was
-converted (for `explain()` and for tests that count fallbacks).
+(which strategy its control flow uses) and the conversion policy. The `Report`, shared by
+every context of one conversion, records how each op was converted (for `explain()` and for
+tests that count fallbacks).
 """
 
 import collections
