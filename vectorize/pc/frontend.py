@@ -388,6 +388,7 @@ class _Translator:
 
 
 _AND, _OR, _NOT = "__autobatch_and__", "__autobatch_or__", "__autobatch_not__"
+SELECT = "__autobatch_select__"      # what block fusion turns a copy under a branch into
 
 
 def _boolean(x):
@@ -406,7 +407,7 @@ def _none(value):
   return tf.logical_not(_boolean(value))
 
 
-_LOGIC = {_AND: _all, _OR: _any, _NOT: _none}
+_LOGIC = {_AND: _all, _OR: _any, _NOT: _none, SELECT: tf.where}
 
 
 class _Hoister(ast.NodeTransformer):

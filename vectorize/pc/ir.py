@@ -119,9 +119,12 @@ class IndirectGoto(NamedTuple):
 
 
 class Block(NamedTuple):
+  """Straight-line `body`, then `terminator`; `calls`: the function a call block (after
+  lowering) goes to, named by a stack overflow there."""
   label: str
   body: Tuple[Any, ...]
   terminator: Any
+  calls: Optional[str] = None
 
   def __str__(self):
     lines = [f"  {self.label}:"] + [f"    {i}" for i in self.body]

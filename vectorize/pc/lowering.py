@@ -45,13 +45,13 @@ def _lower_function(program, f, slots, storage):
       body += [ir.Push(v) for v in saved]
       body.append(_move(callee.params, instruction.args, storage))
       if _is_tail_call(block, index, saved, slots, f.name):
-        blocks.append(ir.Block(label, _clean(body), ir.Goto(callee.entry)))
+        blocks.append(ir.Block(label, _clean(body), ir.Goto(callee.entry), callee.name))
         label = None
         break
       resume += 1
       next_label = f"{block.label}.r{resume}"
       body.append(ir.PushReturn(next_label))
-      blocks.append(ir.Block(label, _clean(body), ir.Goto(callee.entry)))
+      blocks.append(ir.Block(label, _clean(body), ir.Goto(callee.entry), callee.name))
       label = next_label
       body = [ir.Pop(v) for v in reversed(saved)]
       body.append(_move(instruction.targets, slots[callee.name], storage))

@@ -1,11 +1,11 @@
 """The pass order, written once: Python function -> lowered, optimized IR.
 
 frontend -> block merging -> type inference -> liveness -> allocation -> lowering ->
-pop-push fusion.
+pop-push fusion -> block fusion.
 """
 
-from vectorize.pc import (allocation, frontend, liveness, lowering, simplify, stack_opt,
-                          type_inference)
+from vectorize.pc import (allocation, block_fusion, frontend, liveness, lowering, simplify,
+                          stack_opt, type_inference)
 
 
 def compile_program(fn, input_types):
@@ -15,4 +15,5 @@ def compile_program(fn, input_types):
   program = liveness.analyze(program)
   program = allocation.allocate(program)
   program = lowering.lower(program)
-  return stack_opt.fuse_pop_push(program)
+  program = stack_opt.fuse_pop_push(program)
+  return block_fusion.fuse_blocks(program)

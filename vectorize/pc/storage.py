@@ -2,11 +2,11 @@
 
 `Partitioned` gathers the waiting members' positions (dynamic shapes); `Masked` runs every
 lane, the waiting ones marked by a mask and the others *borrowing* the first waiting lane's
-inputs, so no lane computes on junk (static shapes, for XLA). A `Stack` is a static
-`[depth + 1, batch, ...]` buffer with one pointer per member: a push or pop writes or reads
-one entry per member, O(batch), never O(depth x batch). The last row takes the writes that
-must not land (lanes not pushing, members whose stack is full), so no write needs a gather
-of the old value first.
+inputs, so no lane computes on junk (static shapes, for XLA). `Stacks` holds every stack of
+one type in one static `[count, depth + 1, batch, ...]` buffer with one pointer per member
+and stack: a push or pop writes or reads one entry per member, O(batch), never
+O(depth x batch). Each stack's last row takes the writes that must not land (lanes not
+pushing, members whose stack is full), so no write needs a gather of the old value first.
 """
 
 import tensorflow as tf
@@ -62,70 +62,66 @@ class Masked:
     return flags & self.mask
 
 
-class Stack:
-  """A `[depth + 1, batch, ...]` buffer and a `[batch]` pointer (the count of saved values)."""
+class Stacks:
+  """Every stack of one type: a `[count, depth + 1, batch, ...]` buffer. Each stack's
+  pointers (one per member: the count of saved values) are registers the VM passes in."""
 
-  def __init__(self, buffer, pointer):
+  def __init__(self, buffer):
     self.buffer = buffer
-    self.pointer = pointer
 
   @staticmethod
-  def empty(depth, batch, dtype, shape):
-    return Stack(tf.zeros(tf.stack([depth + 1, batch] + list(shape)), dtype),
-                 tf.zeros([batch], tf.int32))
+  def empty(count, depth, batch, dtype, shape):
+    return Stacks(tf.zeros(tf.stack([count, depth + 1, batch] + list(shape)), dtype))
 
   def depth(self):
-    static = self.buffer.shape[0]
-    return static - 1 if static is not None else tf.shape(self.buffer)[0] - 1
+    static = self.buffer.shape[1]
+    return static - 1 if static is not None else tf.shape(self.buffer)[1] - 1
 
-  def top(self, members):
-    """Each member's top value (the members have at least one)."""
-    where = tf.stack([members.gather(self.pointer) - 1, members.positions], axis=1)
-    return tf.gather_nd(self.buffer, where)
+  def top(self, index, pointer, members):
+    """Stack `index`'s top value for each member (the members have at least one)."""
+    rows = members.gather(pointer) - 1
+    return tf.gather_nd(self.buffer, tf.stack(
+        [tf.fill(tf.shape(rows), index), rows, members.positions], axis=1))
 
-  def pop(self, members):
-    return Stack(self.buffer, self.pointer - tf.cast(members.mask, tf.int32))
-
-  def push(self, members, values, grow):
-    """Pushes `values` (one per computed row) into the buffer at once (gathered members).
+  def push(self, index, pointer, members, values, grow):
+    """Pushes `values` (one per computed row) on stack `index` at once (gathered members).
 
     With `grow`, a full buffer doubles first; otherwise a member already at the depth
-    overflows and its value goes to the discard row. Returns the stack and who overflowed.
+    overflows and its value goes to the discard row. Returns the stacks, the new pointer
+    and who overflowed.
     """
-    pointer = members.gather(self.pointer)
-    buffer = self.grown(pointer) if grow else self.buffer
-    depth = Stack(buffer, None).depth()
-    overflow = pointer >= depth
-    rows = tf.where(overflow, depth, pointer)
-    buffer = tf.tensor_scatter_nd_update(buffer, tf.stack([rows, members.lanes], 1), values)
-    pointer = self.pointer + tf.cast(members.mask, tf.int32)
-    return Stack(buffer, pointer), members.selected(overflow)
+    rows = members.gather(pointer)
+    stacks = self.grown(rows) if grow else self
+    depth = stacks.depth()
+    overflow = rows >= depth
+    rows = tf.where(overflow, depth, rows)
+    where = tf.stack([tf.fill(tf.shape(rows), index), rows, members.lanes], axis=1)
+    buffer = tf.tensor_scatter_nd_update(stacks.buffer, where, values)
+    return (Stacks(buffer), pointer + tf.cast(members.mask, tf.int32),
+            members.selected(overflow))
 
-  def staged_push(self, members, values, grow):
-    """Pushes `values` (one per lane) as a write to apply later (`written`): for XLA,
-    which copies whatever passes through a conditional, so the VM's dispatch must not
-    carry the buffers.
+  def staged_push(self, pointer, members):
+    """A push (masked lanes) as a write to apply later (`written`): for XLA, which copies
+    whatever passes through a conditional, so the VM's dispatch must not carry the buffers.
 
-    Returns the stack with its pointer moved, the write (a row per lane, -1 where nothing
-    is written, and a value per lane) and who overflowed. Without `grow`, a member already
-    at the depth overflows and writes nothing.
+    Returns the rows to write (one per lane, -1 where nothing is written), the new pointer
+    and who overflowed: a member already at the depth writes nothing.
     """
-    pointer = self.pointer
-    overflow = tf.zeros_like(pointer, tf.bool) if grow else pointer >= self.depth()
+    overflow = pointer >= self.depth()
     rows = tf.where(members.writing(~overflow), pointer, -1)
-    pointer = self.pointer + tf.cast(members.mask, tf.int32)
-    return Stack(self.buffer, pointer), (rows, values), members.selected(overflow)
+    return rows, pointer + tf.cast(members.mask, tf.int32), members.selected(overflow)
 
   def grown(self, rows):
-    """The buffer, doubled if some row to write is past its depth."""
+    """The stacks, their depth doubled if some row to write is past it."""
     buffer = self.buffer
-    return tf.cond(tf.reduce_max(tf.concat([rows, [-1]], 0)) >= self.depth(),
-                   lambda: tf.concat([buffer, tf.zeros_like(buffer)], 0), lambda: buffer)
+    return Stacks(tf.cond(tf.reduce_max(tf.concat([rows, [-1]], 0)) >= self.depth(),
+                          lambda: tf.concat([buffer, tf.zeros_like(buffer)], 1),
+                          lambda: buffer))
 
-  def written(self, write, lanes, grow):
-    """The buffer with a `staged_push`'s write applied (doubled first if `grow` and full)."""
-    rows, values = write
-    buffer = self.grown(rows) if grow else self.buffer
-    depth = Stack(buffer, None).depth()
-    rows = tf.where(rows < 0, depth, rows)          # no write: the discard row
-    return tf.tensor_scatter_nd_update(buffer, tf.stack([rows, lanes], 1), values)
+  def written(self, indices, rows, values, lanes):
+    """The stacks with staged pushes applied: `indices` [pushes] names each push's stack,
+    `rows` [pushes, batch] its rows (-1: none), `values` [pushes, batch, ...] its values."""
+    rows = tf.where(rows < 0, self.depth(), rows)           # no write: the discard row
+    where = tf.stack([tf.broadcast_to(indices[:, None], tf.shape(rows)), rows,
+                      tf.broadcast_to(lanes[None, :], tf.shape(rows))], axis=-1)
+    return Stacks(tf.tensor_scatter_nd_update(self.buffer, where, values))

@@ -5,6 +5,7 @@ for every member waiting at the block, and type inference traces its assignments
 all three share how an `Assign`'s expression is evaluated (`evaluate`).
 """
 
+import ast
 import functools
 
 import tensorflow as tf
@@ -137,3 +138,8 @@ def assigned(body):
       if var not in written:
         written.append(var)
   return written
+
+
+def is_copy(assign):
+  """`x = y` or `x = 1.0`: an assignment that computes nothing."""
+  return isinstance(ast.parse(assign.expr, mode="eval").body, (ast.Name, ast.Constant))

@@ -1,27 +1,30 @@
 """The VM: runs a lowered program for a whole batch in one `tf.while_loop`.
 
 State: one program counter per member (a block index; `halt` past the last block), one
-`[batch, ...]` register per register or stack variable, one `Stack` per stack variable and
-the return-address stack, and one overflow code per member. Each step picks the smallest
-program counter among running members, dispatches with `tf.switch_case` to that block, runs
-the block's straight-line code vectorized by the pfor engine for the members waiting there
-(`Partitioned`, or `Masked` with static shapes under XLA), and advances only their counters.
-Members at different recursion depths wait at the same block and run together. A block that
-only copies values (argument and result moves, pushes and pops) skips the engine.
+overflow code per member, one register per register or stack variable and one pointer per
+stack, all kept in register files by type (`registers.py`), and the stacks, in one buffer
+per type (`storage.Stacks`), the return-address stack among them. Each step picks the
+smallest program counter among running members, dispatches with `tf.switch_case` to that
+block, runs the block's straight-line code vectorized by the pfor engine for the members
+waiting there (`Partitioned`, or `Masked` with static shapes under XLA), and advances only
+their counters. The dispatch returns only what the block writes (its registers' slots, and
+under XLA its pushes as writes), so no step copies the whole state. Members at different
+recursion depths wait at the same block and run together. A block that only copies values
+(argument and result moves, pushes and pops) skips the engine.
 """
-
-import ast
 
 import tensorflow as tf
 
 from vectorize.errors import ConversionError
 from vectorize.pc import engine_bridge, ir
 from vectorize.pc.allocation import REGISTER, STACK
-from vectorize.pc.storage import Masked, Partitioned, Stack
-from vectorize.pc.straight_line import StraightLine, assigned
+from vectorize.pc.registers import Layout
+from vectorize.pc.storage import Masked, Partitioned, Stacks
+from vectorize.pc.straight_line import StraightLine, assigned, is_copy
 
 _INITIAL_DEPTH = 8
 _RETURN = "return address"
+_INT = ir.VarType(tf.int32, ())
 
 
 STEPS_EXHAUSTED = -1
@@ -54,123 +57,148 @@ class _Machine:
     self.blocks = program.blocks()
     self.index = {b.label: k for k, b in enumerate(self.blocks)}
     self.halt = len(self.blocks)
-    self.registers = sorted(v for v, k in program.storage.items() if k in (REGISTER, STACK))
-    self.stacked = sorted(v for v, k in program.storage.items() if k == STACK)
     self.namespaces = {f.name: f.namespace for f in program.functions}
     self.codes = {f.name: k + 1 for k, f in enumerate(program.functions)}
+    stacked = sorted(v for v, k in program.storage.items() if k == STACK) + [_RETURN]
+    self.types = dict(program.types, **{_RETURN: _INT})
+    types = {v: self.types[v] for v, k in program.storage.items() if k in (REGISTER, STACK)}
+    types.update({"pc": _INT, "overflow": _INT}, **{_pointer(v): _INT for v in stacked})
+    self.registers = Layout(types, [self.writes(b) for b in self.blocks])
+    self.stacks = Layout({v: self.types[v] for v in stacked},
+                         [self.pushes(b) for b in self.blocks], padding=0)
+
+  def writes(self, block):
+    """The registers `block` may write."""
+    out = ["pc"] + [v for v in assigned(block.body) if self.program.storage.get(v) in (
+        REGISTER, STACK)]
+    stacks = [i.var for i in block.body if isinstance(i, (ir.Pop, ir.Push))]
+    if any(isinstance(i, ir.PushReturn) for i in block.body) or isinstance(
+        block.terminator, ir.IndirectGoto):
+      stacks.append(_RETURN)
+    if self.pushes(block) and not self.grow:
+      out.append("overflow")
+    return out + [_pointer(v) for v in dict.fromkeys(stacks)]
+
+  def pushes(self, block):
+    """The stacks `block` pushes on, in push order."""
+    return [i.var for i in block.body if isinstance(i, ir.Push)] + (
+        [_RETURN] if any(isinstance(i, ir.PushReturn) for i in block.body) else [])
 
   def run(self, inputs):
     main = self.program.function(self.program.main)
     batch = tf.shape(inputs[0])[0]
     self.lanes = tf.range(batch)
-    state = {"pc": tf.fill([batch], self.index[main.entry]),
-             "overflow": tf.zeros([batch], tf.int32)}
-    for var in self.registers:
-      t = self.program.types[var]
-      state[var] = tf.zeros(tf.stack([batch] + list(t.shape)), t.dtype)
-    for param, x in zip(main.params, inputs):
-      if param in state:
-        state[param] = tf.convert_to_tensor(x, self.program.types[param].dtype)
-    for var in self.stacked:
-      t = self.program.types[var]
-      stack = Stack.empty(self.depth, batch, t.dtype, t.shape)
-      state[_stack(var)], state[_pointer(var)] = stack.buffer, stack.pointer
-    # The return stack starts with `halt`: the entry's return halts the member.
-    returns = tf.concat([tf.fill(tf.stack([1, batch]), self.halt),
-                         tf.zeros(tf.stack([self.depth + 1, batch]), tf.int32)], 0)
-    state[_stack(_RETURN)], state[_pointer(_RETURN)] = returns, tf.ones([batch], tf.int32)
-    invariants = {k: self.invariant(k, v) for k, v in state.items()}
-    final = tf.while_loop(lambda s: tf.reduce_min(s["pc"]) < self.halt, self.step, [state],
-                          shape_invariants=[invariants], maximum_iterations=self.max_steps)[0]
-    running = (final["pc"] < self.halt) & (final["overflow"] == 0)
-    final["overflow"] = tf.where(running, STEPS_EXHAUSTED, final["overflow"])
-    failed = final["overflow"] != 0
-    results = tuple(_poison(final[r], failed) for r in self.program.results)
-    return results, final["overflow"]
-
-  def invariant(self, key, value):
-    shape = value.shape.as_list()
-    if key.startswith("stack ") and self.grow:
-      shape[0] = None
-    return tf.TensorShape(shape)
+    values = {"pc": tf.fill([batch], self.index[main.entry]),
+              _pointer(_RETURN): tf.ones([batch], tf.int32)}
+    values.update((p, x) for p, x in zip(main.params, inputs) if p in self.registers)
+    files = self.registers.initial(values, batch)
+    stacks = {}
+    for key, names in self.stacks.names.items():   # a row more: the return stack's `halt`
+      t = self.stacks.types[key]
+      stacks[key] = Stacks.empty(len(names), self.depth + 1, batch, t.dtype, t.shape).buffer
+    if _RETURN in self.stacks:   # its bottom entry is `halt`: the entry's return halts
+      key, row = self.stacks.rows[_RETURN]
+      stacks[key] = tf.tensor_scatter_nd_update(
+          stacks[key], tf.stack([tf.fill([batch], row), tf.zeros([batch], tf.int32),
+                                 self.lanes], 1), tf.fill([batch], self.halt))
+    state = {"files": files, "stacks": stacks}
+    shapes = tf.nest.map_structure(lambda v: v.shape, state)
+    if self.grow:
+      shapes["stacks"] = {k: tf.TensorShape([s[0], None] + s[2:].as_list())
+                          for k, s in shapes["stacks"].items()}
+    final = files
+    if inputs[0].shape[0] != 0:     # batch 0: nothing runs (a scatter into it would not build)
+      final = tf.while_loop(
+          lambda s: tf.reduce_min(self.registers.read(s["files"], "pc")) < self.halt,
+          self.step, [state], shape_invariants=[shapes],
+          maximum_iterations=self.max_steps)[0]["files"]
+    pc, overflow = (self.registers.read(final, k) for k in ("pc", "overflow"))
+    overflow = tf.where((pc < self.halt) & (overflow == 0), STEPS_EXHAUSTED, overflow)
+    failed = overflow != 0
+    results = tuple(_poison(self.registers.read(final, r), failed)
+                    for r in self.program.results)
+    return results, overflow
 
   def step(self, state):
     """Runs the lowest block some members wait at (most-members-first: 2x slower on NUTS).
 
     Under XLA the stack buffers stay out of the dispatch: a block returns its pushes as
     writes, one row per lane, applied after it, so no step copies a `[depth, batch, ...]`
-    buffer (XLA copies what passes through a conditional).
+    buffer. Without XLA, TF's own Case passes tensors through without copies, and pushes
+    land at once.
     """
-    k = tf.reduce_min(state["pc"])
-    if not self.masked:       # TF's own Case passes tensors through without copies
-      return [tf.switch_case(k, [lambda block=block: self.block(block, state, {})[0]
-                                 for block in self.blocks])]
-    buffers = {key: v for key, v in state.items() if key.startswith("stack ")}
-    small = {key: v for key, v in state.items() if key not in buffers}
-    branches = [lambda block=block: self.block(block, small, buffers) for block in self.blocks]
-    small, writes = tf.switch_case(k, branches)
-    state = dict(small)
-    for var in self.stacked + [_RETURN]:
-      stack = Stack(buffers[_stack(var)], None)
-      state[_stack(var)] = stack.written(writes[var], self.lanes, self.grow)
-    return [state]
+    files, stacks = state["files"], state["stacks"]
+    k = tf.reduce_min(self.registers.read(files, "pc"))
+    slots, stacked = tf.switch_case(k, [
+        lambda block=block: self.block(block, files, stacks) for block in self.blocks])
+    files = self.registers.written(files, k, slots)
+    if self.masked:
+      writes, stacked = stacked, dict(stacks)
+      for key, (rows, values) in writes.items():
+        indices = tf.gather(tf.constant(self.stacks.targets[key]), k)
+        stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
+    return [{"files": files, "stacks": stacked}]
 
-  def no_writes(self):
-    batch = tf.shape(self.lanes)[0]
-    writes = {}
-    for var in self.stacked + [_RETURN]:
-      t = self.program.types.get(var, ir.VarType(tf.int32, ()))
-      writes[var] = (tf.fill([batch], -1), tf.zeros(tf.concat([[batch], tf.constant(
-          t.shape, tf.int32)], 0), t.dtype))
-    return writes
-
-  def block(self, block, state, buffers):
-    label = block.label
-    self.buffers = buffers
-    pending = self.no_writes() if self.masked else {}
-    members = (Masked if self.masked else Partitioned)(tf.equal(state["pc"], self.index[label]),
-                                                       self.lanes)
-    state = dict(state)
+  def block(self, block, files, stacks):
+    """Runs `block` for its members: (its register slots, and the stack buffers with its
+    pushes, or under XLA its pushes as writes)."""
+    regs = _View(self.registers, files)
+    self.stack_buffers = dict(stacks)
+    pending = {}
+    members = (Masked if self.masked else Partitioned)(
+        tf.equal(regs["pc"], self.index[block.label]), self.lanes)
     term = block.terminator
-    writes = [v for v in assigned(block.body) if v in state]
+    writes = [v for v in assigned(block.body) if v in self.registers]
     cond = term.cond if isinstance(term, ir.Branch) else None
     code = StraightLine(block.body, writes, cond, self.namespaces, self.program.types,
-                        self.program.function_of(label).filename)
-    inputs = [members.gather(state[r]) for r in code.reads]
+                        self.program.function_of(block.label).filename)
+    inputs = [members.gather(regs[r]) for r in code.reads]
     for instruction in block.body:
       if isinstance(instruction, (ir.Pop, ir.Peek)):
-        var = instruction.var
-        stack = self.stack(state, var)
-        inputs.append(stack.top(members))
+        inputs.append(self.top(regs, instruction.var, members))
         if isinstance(instruction, ir.Pop):
-          self.set_stack(state, var, stack.pop(members))
+          pointer = _pointer(instruction.var)
+          regs[pointer] = regs[pointer] - tf.cast(members.mask, tf.int32)
     outputs = []
     if code.pushes or code.writes or cond:
       outputs = self.run_code(block, code, inputs, members)
     full = []
     for var, value in zip(code.pushes, outputs):
-      stack, overflow = self.push(state, var, members, value, pending)
-      self.set_stack(state, var, stack)
-      full.append(overflow)
+      full.append(self.push(regs, var, members, value, pending))
     for var, value in zip(code.writes, outputs[len(code.pushes):]):
-      state[var] = members.update(state[var], value)
+      regs[var] = members.update(regs[var], value)
     for instruction in block.body:
       if isinstance(instruction, ir.PushReturn):
         address = tf.fill([members.n], self.index[instruction.label])
-        stack, overflow = self.push(state, _RETURN, members, address, pending)
-        self.set_stack(state, _RETURN, stack)
-        full.append(overflow)
-    state["pc"] = members.update(state["pc"], self.next_pc(term, members, state, outputs))
+        full.append(self.push(regs, _RETURN, members, address, pending))
+    regs["pc"] = members.update(regs["pc"], self.next_pc(term, members, regs, outputs))
     if full and not self.grow:      # a full stack halts the member, with its callee's code
       overflow = tf.reduce_any(tf.stack(full), 0) if len(full) > 1 else full[0]
-      state["pc"] = tf.where(overflow, self.halt, state["pc"])
-      state["overflow"] = tf.where(overflow, self.codes[self.callee(block)], state["overflow"])
-    return state, pending
+      regs["pc"] = tf.where(overflow, self.halt, regs["pc"])
+      regs["overflow"] = tf.where(overflow, self.codes[block.calls], regs["overflow"])
+    assert set(regs.written) <= set(self.writes(block)), (block.label, regs.written)
+    slots = self.registers.slots_of(self.index[block.label], regs.written, files)
+    if not self.masked:
+      return slots, self.stack_buffers
+    return slots, self.staged(block, pending)
+
+  def staged(self, block, pending):
+    """The block's pending pushes per stack type: (rows [width, batch], values [width,
+    batch, ...]), padded with rows of -1 (no write)."""
+    batch = tf.shape(self.lanes)[0]
+    out = {}
+    for key, names in self.stacks.slots[self.index[block.label]].items():
+      t = self.stacks.types[key]
+      none = (tf.fill([batch], -1), tf.zeros(tf.stack([batch] + list(t.shape)), t.dtype))
+      writes = [pending[v] for v in names] + [none] * (self.stacks.width[key] - len(names))
+      if writes:
+        out[key] = tuple(tf.stack(column) for column in zip(*writes))
+    return out
 
   def run_code(self, block, code, inputs, members):
     """The block's outputs for its members: by the pfor engine, or directly when the block
     only moves values (copies and constants act on every member's row alike)."""
-    if not all(_is_copy(i) for i in block.body if isinstance(i, ir.Assign)):
+    if not all(is_copy(i) for i in block.body if isinstance(i, ir.Assign)):
       return engine_bridge.run_for_members(code.run, inputs, members.n, members.static_n)
     outputs = code.run(*inputs)
     names = list(code.pushes) + list(code.writes)
@@ -179,44 +207,49 @@ class _Machine:
         x, tf.concat([[members.n], tf.constant(shape, tf.int32)], 0))
             for x, shape in zip(outputs, shapes)]
 
-  def next_pc(self, term, members, state, outputs):
+  def next_pc(self, term, members, regs, outputs):
     if isinstance(term, ir.Goto):
       return tf.fill([members.n], self.index[term.label])
     if isinstance(term, ir.Branch):
       return tf.where(outputs[-1], self.index[term.if_true], self.index[term.if_false])
-    stack = self.stack(state, _RETURN)
-    self.set_stack(state, _RETURN, stack.pop(members))
-    return stack.top(members)
+    address = self.top(regs, _RETURN, members)
+    regs[_pointer(_RETURN)] = regs[_pointer(_RETURN)] - tf.cast(members.mask, tf.int32)
+    return address
 
-  def callee(self, block):
-    """The function a pushing block calls (its goto's target)."""
-    return ir.owner(block.terminator.label)
+  def top(self, regs, var, members):
+    key, index = self.stacks.rows[var]
+    return Stacks(self.stack_buffers[key]).top(index, regs[_pointer(var)], members)
 
-  def push(self, state, var, members, values, pending):
-    """Pushes at once (gathered members), or stages the write in `pending` (masked lanes)."""
-    stack = self.stack(state, var)
-    if not self.masked:
-      return stack.push(members, values, self.grow)
-    stack, pending[var], overflow = stack.staged_push(members, values, self.grow)
-    return stack, overflow
-
-  def stack(self, state, var):
-    buffer = state[_stack(var)] if _stack(var) in state else self.buffers[_stack(var)]
-    return Stack(buffer, state[_pointer(var)])
-
-  def set_stack(self, state, var, stack):
-    if _stack(var) in state:
-      state[_stack(var)] = stack.buffer
-    state[_pointer(var)] = stack.pointer
+  def push(self, regs, var, members, values, pending):
+    """Pushes at once (gathered members), or stages the write in `pending` (masked lanes);
+    returns who overflowed."""
+    key, index = self.stacks.rows[var]
+    stacks, pointer = Stacks(self.stack_buffers[key]), _pointer(var)
+    if self.masked:
+      rows, regs[pointer], overflow = stacks.staged_push(regs[pointer], members)
+      pending[var] = (rows, values)
+      return overflow
+    stacks, regs[pointer], overflow = stacks.push(index, regs[pointer], members, values,
+                                                  self.grow)
+    self.stack_buffers[key] = stacks.buffer
+    return overflow
 
 
-def _is_copy(assign):
-  """`x = y` or `x = 1.0`: an assignment that computes nothing."""
-  return isinstance(ast.parse(assign.expr, mode="eval").body, (ast.Name, ast.Constant))
+class _View:
+  """The registers as one block sees them: read from the files, written aside."""
 
+  def __init__(self, registers, files):
+    self.registers = registers
+    self.files = files
+    self.written = {}
 
-def _stack(var):
-  return f"stack {var}"
+  def __getitem__(self, var):
+    if var in self.written:
+      return self.written[var]
+    return self.registers.read(self.files, var)
+
+  def __setitem__(self, var, value):
+    self.written[var] = value
 
 
 def _pointer(var):
