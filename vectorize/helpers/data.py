@@ -9,8 +9,9 @@ last, smaller batch needs no second trace. tf.data passes a tuple element as pos
 arguments; the vectorized fn receives the batch the same way and hands each iteration's
 slices to `fn` in the same form.
 
-A conversion that cannot keep sequential semantics (a variable read and written per element,
-a Python function per element) fails at apply time with a `ConversionError` saying what to do.
+A fn that calls Python per element fails at apply time with a `ConversionError` saying what
+to do; so does one that reads and writes a variable in an order-dependent way when the
+fallback is off (with it on, each batch runs fn element after element, as map then batch).
 """
 
 import tensorflow as tf
@@ -43,10 +44,10 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
 
   Raises (when applied):
     TypeError: the dataset's elements hold ragged or sparse tensors or nested datasets.
-    ConversionError: fn cannot be vectorized without changing its result: it reads and
-      writes a `tf.Variable` with per-element values in an order-dependent way, or calls
-      Python (`tf.py_function`, `tf.numpy_function`) per element; or an op cannot be
-      vectorized and the fallback is off.
+    ConversionError: fn calls Python (`tf.py_function`, `tf.numpy_function`) per element;
+      or, with the fallback off, an op cannot be vectorized or fn reads and writes a
+      `tf.Variable` with per-element values in an order-dependent way (with the fallback on,
+      such a fn runs element after element within each batch).
 
   Example:
     >>> ds = tf.data.Dataset.from_tensor_slices(tf.random.normal([100, 8]))

@@ -89,7 +89,7 @@ def test_map_and_batch_commutative_variable_update_matches_map():
 
 # ----------------------------------------------------------------------------- errors
 
-def test_map_and_batch_order_dependent_variable_raises_at_apply_time():
+def test_map_and_batch_order_dependent_variable_raises_at_apply_time_without_fallback():
   state = tf.Variable(1.0)
 
   def fn(image):
@@ -97,7 +97,26 @@ def test_map_and_batch_order_dependent_variable_raises_at_apply_time():
     return state.read_value()
 
   with pytest.raises(vectorize.ConversionError, match=r"(?s)variable.*dataset\.map\(fn\)"):
-    tf.data.Dataset.from_tensor_slices(IMAGES).apply(data.map_and_batch(fn, 4))
+    tf.data.Dataset.from_tensor_slices(IMAGES).apply(
+        data.map_and_batch(fn, 4, fallback_to_while_loop=False))
+
+
+def test_map_and_batch_order_dependent_variable_runs_each_batch_as_a_loop_with_fallback():
+  """The whole fn runs element after element (vectorize/whole_body_loop.py), batches in
+  order: what map then batch gives."""
+  state = tf.Variable(1.0)
+
+  def fn(image):
+    state.assign(state * (0.5 + tf.reduce_mean(image)))
+    return state.read_value()
+
+  source = tf.data.Dataset.from_tensor_slices(IMAGES)
+  actual = [b.numpy() for b in source.apply(data.map_and_batch(fn, 4))]
+  state.assign(1.0)
+  expected = [b.numpy() for b in source.map(fn).batch(4)]
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    np.testing.assert_allclose(a, e, rtol=1e-6)
 
 
 def test_map_and_batch_py_function_raises_at_apply_time():
