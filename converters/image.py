@@ -124,14 +124,33 @@ def _offset_box_index(op, i, n, b):
 @register("AdjustContrastv2")
 def _convert_adjust_contrast(op):
   """A per-iteration factor f: the kernel with factor 0 gives every pixel its channel's
-  mean m, then (x - m) * f + m, as the kernel computes it."""
-  images = op.stacked(0)
-  if not op.is_stacked(1):
-    return stacked(op.rebuild([images, op.invariant(1)])[0])
-  mean = op.rebuild([images, tf.zeros([], tf.float32)])[0]
-  factor = _per_iteration_scalar(op, 1, images)
-  x, m = tf.cast(images, tf.float32), tf.cast(mean, tf.float32)
-  return stacked(tf.cast((x - m) * factor + m, images.dtype))
+  mean m, then (x - m) * f + m, as the kernel computes it. TF registers no gradient for
+  the kernel; the result has that formula's gradient."""
+  factor_stacked = op.is_stacked(1)
+
+  def forward(images, factor):
+    if not factor_stacked:
+      return op.rebuild([images, factor])[0]
+    mean = op.rebuild([images, tf.zeros([], tf.float32)])[0]
+    f = expand_after_loop_axis(factor, rank(images) - 1)
+    x, m = tf.cast(images, tf.float32), tf.cast(mean, tf.float32)
+    return tf.cast((x - m) * f + m, images.dtype)
+
+  @tf.custom_gradient
+  def contrast(images, factor):
+    def gradient(upstream):
+      x, g = tf.cast(images, tf.float32), tf.cast(upstream, tf.float32)
+      f = expand_after_loop_axis(factor, rank(images) - 1) if factor_stacked else factor
+      spatial = [-3, -2]
+      centred = x - tf.reduce_mean(x, spatial, keepdims=True)
+      images_gradient = f * g + (1 - f) * tf.reduce_mean(g, spatial, keepdims=True)
+      factor_axes = list(range(1, rank(images))) if factor_stacked else None
+      return (tf.cast(images_gradient, images.dtype),
+              tf.reduce_sum(g * centred, factor_axes))
+    return forward(images, factor), gradient
+
+  factor = op.stacked(1) if factor_stacked else op.invariant(1)
+  return stacked(contrast(op.stacked(0), tf.cast(factor, tf.float32)))
 
 
 @register("AdjustHue", "AdjustSaturation")
