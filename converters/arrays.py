@@ -205,7 +205,7 @@ def _offset_ids(op, ids, step, n, what):
       [f"{op.type} {op.op.name!r}{walker.user_location(op.op)}: {what} out of range [0, ",
        step, ")"])
   with tf.control_dependencies([check]):
-    return merge_leading(offset_by_iteration(ids, step, n))
+    return merge_leading(offset_by_iteration(stacked(ids), step, n))
 
 
 @register("SparseSegmentMeanGrad", "SparseSegmentSqrtNGrad", "SparseSegmentSumGrad")

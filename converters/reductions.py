@@ -74,10 +74,9 @@ def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
   n = values.loop_length(op.ctx)
   dtype = ids.tensor.dtype
   s = num_segments if isinstance(num_segments, int) else tf.cast(num_segments, dtype)
-  ids_tensor = values.stack(ids, n)  # [n, d...]
-  in_range = tf.logical_and(ids_tensor >= 0, ids_tensor < s)
-  flat_ids = tf.where(in_range, values.offset_by_iteration(ids_tensor, s, n),
-                      tf.constant(-1, dtype))
+  in_range = tf.logical_and(ids.tensor >= 0, ids.tensor < s)
+  flat_ids = tf.where(in_range, values.offset_by_iteration(ids, s, n),
+                      tf.constant(-1, dtype))  # [n, d...]
   total = n * s if isinstance(n, int) else tf.cast(n, dtype) * s
   data = values.stack(rows, n)  # [n, d..., rest...]
   out = values.reshape_leading(_UNSORTED[kind](data, flat_ids, total), [n, num_segments])

@@ -610,7 +610,7 @@ def _convert_dynamic_stitch(op):
   all_indices = [values.stack(v, n) for v in indices]
   largest = tf.reduce_max(tf.stack([tf.reduce_max(t) for t in all_indices]))
   size = tf.maximum(largest, -1) + 1
-  shifted = [values.offset_by_iteration(t, size, n) for t in all_indices]
+  shifted = [values.offset_by_iteration(stacked(t), size, n) for t in all_indices]
   out = op.rebuild(shifted + [values.stack(v, n) for v in data])[0]  # [n * size, rest...]
   return stacked(values.split_leading(out, n, size))
 

@@ -115,10 +115,12 @@ def max_or_zero(tensor):
 
 
 def offset_by_iteration(ids, step, n):
-  """`ids + i * step` in iteration i of the stacked `ids` (`[n, ...]`): ids that address
-  `step` rows of one iteration then address disjoint rows of one `[n*step, ...]` tensor."""
-  offsets = tf.range(tf.cast(n, ids.dtype), dtype=ids.dtype) * tf.cast(step, ids.dtype)
-  return ids + expand_after_loop_axis(offsets, per_iteration_rank(stacked(ids)))
+  """`ids + i * step` in iteration i, stacked `[n, ...]` (the Value `ids` may be invariant:
+  it broadcasts): ids that address `step` rows of one iteration then address disjoint rows
+  of one `[n*step, ...]` tensor."""
+  t = ids.tensor
+  offsets = tf.range(tf.cast(n, t.dtype), dtype=t.dtype) * tf.cast(step, t.dtype)
+  return t + expand_after_loop_axis(offsets, per_iteration_rank(ids))
 
 
 def reshape(tensor, dims):

@@ -164,11 +164,16 @@ def test_max_or_zero_is_zero_for_no_entries_where_reduce_max_is_the_lowest_value
 @pytest.mark.parametrize("n", [0, 3])
 def test_offset_by_iteration_moves_iteration_i_by_i_steps(n):
   ids = np.arange(n * 4, dtype=np.int64).reshape([n, 2, 2]) % 3
-  out = _in_graph(lambda: values.offset_by_iteration(tf.constant(ids), 3, n))
+  out = _in_graph(lambda: values.offset_by_iteration(stacked(tf.constant(ids)), 3, n))
   np.testing.assert_array_equal(out, ids + 3 * np.arange(n)[:, None, None])
 
 
 def test_offset_by_iteration_of_a_run_time_rank_and_n():
-  f = tf.function(lambda ids, n: values.offset_by_iteration(ids, tf.constant(5), n),
+  f = tf.function(lambda ids, n: values.offset_by_iteration(stacked(ids), tf.constant(5), n),
                   input_signature=[tf.TensorSpec(None, tf.int32), tf.TensorSpec([], tf.int32)])
   np.testing.assert_array_equal(f(tf.constant([[1], [2]]), tf.constant(2)), [[1], [7]])
+
+
+def test_offset_by_iteration_broadcasts_invariant_ids():
+  out = _in_graph(lambda: values.offset_by_iteration(invariant(tf.constant([0, 2])), 3, 2))
+  np.testing.assert_array_equal(out, [[0, 2], [3, 5]])
