@@ -4,7 +4,8 @@ They run on every iteration's row in our own `tf.while_loop` (TensorArrays colle
 output; `parallel_iterations` lets rows overlap), the sequential loop of
 vectorize/fallback.py with a check added: rows must give outputs of one size (else they
 cannot be stacked), so each row's output shapes are compared with the first row's, with an
-error naming the op and the fix. Loop-invariant inputs are passed whole. With no iteration
+error naming the op and the fix (per row for outputs of unknown rank, else once after the
+loop: fewer ops in each step). Loop-invariant inputs are passed whole. With no iteration
 the loop does not run and the outputs are empty (unknown dims 0).
 """
 
@@ -46,20 +47,32 @@ def map_rows(op):
   def row(i):
     return op.rebuild([tf.gather(v.tensor, i) if v.stacked else v.tensor for v in inputs])
 
+  # Outputs of known rank: each row's shape is collected and compared after the loop (before
+  # the stack); of unknown rank, with the first row's inside the loop.
+  ranked = [t.shape.rank is not None for t in outputs]
+
   def run(n):
-    first = [tf.shape(t) for t in row(0)]
+    first = [tf.shape(t) for t in row(0)] if not all(ranked) else None
 
-    def body(i, *arrays):
+    def body(i, arrays, shape_arrays):
       results = row(i)
-      checks = [check(_same_shape(tf.shape(t), s), message) for t, s in zip(results, first)]
+      checks = [check(_same_shape(tf.shape(t), s), message)
+                for t, s, known in zip(results, first or results, ranked) if not known]
       with tf.control_dependencies(checks):
-        return (i + 1,) + tuple(a.write(i, t) for a, t in zip(arrays, results))
+        return (i + 1, [a.write(i, t) for a, t in zip(arrays, results)],
+                [a.write(i, tf.shape(t)) for a, t in zip(shape_arrays, results)])
 
-    arrays = tuple(tf.TensorArray(t.dtype, size=n, element_shape=t.shape, infer_shape=False)
-                   for t in outputs)
-    arrays = tf.while_loop(lambda i, *_: i < n, body, (tf.constant(0),) + arrays,
-                           parallel_iterations=_PARALLEL_ROWS)[1:]
-    return [a.stack() for a in arrays]
+    arrays = [tf.TensorArray(t.dtype, size=n, element_shape=t.shape, infer_shape=False)
+              for t in outputs]
+    shape_arrays = [tf.TensorArray(tf.int32, size=n, element_shape=[t.shape.rank])
+                    for t in outputs if t.shape.rank is not None]
+    _, arrays, shape_arrays = tf.while_loop(
+        lambda i, *_: i < n, body, (tf.constant(0), arrays, shape_arrays),
+        parallel_iterations=_PARALLEL_ROWS)
+    shapes = [a.stack() for a in shape_arrays]
+    checks = [check(tf.equal(s, s[:1]), message) for s in shapes]
+    with tf.control_dependencies(checks):
+      return [a.stack() for a in arrays]
 
   n = op.ctx.n
   if op.ctx.static_n is not None:
