@@ -16,11 +16,12 @@ from vectorize.errors import Unvectorizable
 class OpInput:
   """The op being converted, its converted inputs and the context."""
 
-  def __init__(self, op, inputs, ctx, lookup=None):
+  def __init__(self, op, inputs, ctx, lookup=None, needed=None):
     self.op = op
     self.inputs = inputs
     self.ctx = ctx
     self._lookup = lookup
+    self._needed = needed
 
   @property
   def type(self):
@@ -33,6 +34,11 @@ class OpInput:
   def value(self, i):
     """The converted `Value` of input i."""
     return self.inputs[i]
+
+  def output_used(self, k):
+    """Whether anything the converted graph returns depends on output k (True when the
+    walker does not say)."""
+    return self._needed is None or self.op.outputs[k].ref() in self._needed
 
   def is_stacked(self, i):
     return self.inputs[i].stacked
