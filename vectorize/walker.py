@@ -43,7 +43,9 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
     control_outputs = list(getattr(graph, "control_outputs", []))
   env = {t.ref(): v for t, v in zip(graph.inputs, input_values)}
   emitted = {}
-  for op in graph_io.ops_in_order(outputs, control_outputs):
+  order = graph_io.ops_in_order(outputs, control_outputs)
+  needed = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
+  for op in order:
     if all(t.ref() in env for t in op.outputs) and op.outputs:
       continue
     deps = [d for c in op.control_inputs for d in emitted.get(c, ())]
@@ -52,7 +54,7 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
         results = _convert_reduction(op, env, ctx)
       else:
         inputs = [_lookup(env, t, op) for t in op.inputs]
-        results = _convert_op(op, inputs, ctx, lambda t: env.get(t.ref()))
+        results = _convert_op(op, inputs, ctx, lambda t: env.get(t.ref()), needed)
         if _own_gradient(op):
           results = _with_own_gradient(op, inputs, results, ctx, lambda t: env.get(t.ref()))
     if isinstance(results, tf.Operation):
@@ -71,8 +73,9 @@ def output_flags(graph, input_flags, ctx):
   return [v.stacked for v in dry_run(graph, input_flags, ctx)]
 
 
-def dry_run(graph, input_flags, ctx):
-  """The output Values of `graph` converted in a scratch graph (read flags and shapes only).
+def dry_run(graph, input_flags, ctx, outputs=None):
+  """The output Values of `graph` (or of `outputs`, tensors of it) converted in a scratch
+  graph (read flags and shapes only).
 
   Converts `graph` once, on placeholders shaped like its inputs (with a loop axis where
   stacked). Control flow uses it to decide the stackedness of branch outputs and loop
@@ -94,8 +97,8 @@ def dry_run(graph, input_flags, ctx):
     dry_ctx = dataclasses.replace(
         ctx, n=n, indices=tf.compat.v1.placeholder(tf.int32, [ctx.static_n]),
         fallback_allowed=True, report=Report())
-    outputs, _ = convert_graph(graph, inputs, dry_ctx)
-  return outputs
+    converted, _ = convert_graph(graph, inputs, dry_ctx, outputs)
+  return converted
 
 
 class _no_scope:
@@ -141,8 +144,9 @@ def _convert_reduction(op, env, ctx):
   return [reduction.result(ctx, [_lookup(env, a, op) for a in reduction.args])]
 
 
-def _convert_op(op, inputs, ctx, lookup=None):
-  """Converts one op; returns a list of Values, or an Operation for ops with no outputs."""
+def _convert_op(op, inputs, ctx, lookup=None, needed=None):
+  """Converts one op; returns a list of Values, or an Operation for ops with no outputs.
+  `needed`: the refs of the tensors that the graph's wanted outputs depend on."""
   if op.type == "Placeholder":
     raise ConversionError(
         f"Placeholder {op.name} in the loop body is not an input of the body; "
@@ -164,7 +168,7 @@ def _convert_op(op, inputs, ctx, lookup=None):
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
-    results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup)), ctx)
+    results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup, needed)), ctx)
     outputs_stacked = not isinstance(results, tf.Operation) and any(v.stacked for v in results)
     ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
     return results
