@@ -37,27 +37,70 @@ from vectorize.values import Value, stack
 def _convert_while(op):
   cond_graph = graph_io.function_graph(op.op, "cond")
   body_graph = graph_io.function_graph(op.op, "body")
-  _check_static_list_growth(op, body_graph)
-  flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body_graph)
+  body = _Body(body_graph, _live_outputs(op, cond_graph, body_graph))
+  _check_static_list_growth(op, body)
+  flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body)
   ctx = op.ctx
   init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
           for v, f, shape in zip(op.inputs, flags, element_shapes)]
   if not cond_stacked:
-    return _invariant_loop(op, cond_graph, body_graph, init, flags)
+    return _invariant_loop(op, cond_graph, body, init, flags)
   # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
   # at all n lanes, which only the masked strategy does.
   carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
   strategy = active_set.Masked() if carries_lists else ctx.active_set
-  return _stacked_loop(op, cond_graph, body_graph, init, flags, strategy)
+  return _stacked_loop(op, cond_graph, body, init, flags, strategy)
 
 
-def _loop_flags(op, cond_graph, body_graph):
+class _Body:
+  """The loop body's graph and the outputs converted for it (`_live_outputs`)."""
+
+  def __init__(self, graph, outputs):
+    self.graph = graph
+    self.outputs = outputs
+
+  def passes_through(self, k):
+    """Whether body output k is body input k, possibly through Identity ops."""
+    t = self.outputs[k]
+    while t.op.type == "Identity":
+      t = t.op.inputs[0]
+    return t is self.graph.inputs[k]
+
+
+def _live_outputs(op, cond_graph, body_graph):
+  """The body's outputs, each dead loop variable's replaced by its input (passed through).
+
+  A variable is dead when nothing reads it: not the body's callers (its output is unused),
+  not the condition, and in the body nothing but its own next value (a TensorArray written
+  in the loop and never read). XLA's own loop leaves such a variable out; updating it could
+  only fail (a dynamic-size array has no room under static shapes).
+  """
+  outputs = list(body_graph.outputs)
+  cond_reads = _reads(cond_graph.outputs, ())
+  dead = {k for k in range(len(outputs))
+          if not op.output_used(k) and cond_graph.inputs[k].ref() not in cond_reads}
+  while True:
+    live = [t for k, t in enumerate(outputs) if k not in dead]
+    reads = _reads(live, getattr(body_graph, "control_outputs", []))
+    still = {k for k in dead if body_graph.inputs[k].ref() not in reads}
+    if still == dead:
+      return [body_graph.inputs[k] if k in dead else t for k, t in enumerate(outputs)]
+    dead = still
+
+
+def _reads(outputs, control_outputs):
+  """The refs of the tensors that `outputs` and `control_outputs` depend on."""
+  ops = graph_io.ops_in_order(outputs, control_outputs)
+  return {t.ref() for o in ops for t in o.inputs} | {t.ref() for t in outputs}
+
+
+def _loop_flags(op, cond_graph, body):
   """The stacked flag of each loop variable, whether the condition is stacked, and the
   element shape of each stacked TensorList variable as the body writes it (or None)."""
-  passthrough = [_is_passthrough(body_graph, k) for k in range(len(op.inputs))]
+  passthrough = [body.passes_through(k) for k in range(len(op.inputs))]
   flags = [v.stacked for v in op.inputs]
   for _ in range(len(flags) + 1):
-    body_outputs = walker.dry_run(body_graph, flags, op.ctx)
+    body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs)
     cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
     new = [f or v.stacked or (cond_stacked and not p)
            for f, v, p in zip(flags, body_outputs, passthrough)]
@@ -69,14 +112,14 @@ def _loop_flags(op, cond_graph, body_graph):
   raise AssertionError("the stackedness fixpoint of a while loop did not converge")
 
 
-def _check_static_list_growth(op, body_graph):
+def _check_static_list_growth(op, body):
   """Under XLA, a loop that grows a list of unbounded size (a loop's gradient accumulating
   one value per step) cannot compile: a ConversionError naming the loop and the fix, as
   TensorFlow asks of its own loops, instead of a shape error deep in the emitted graph."""
-  if not op.ctx.active_set.static_shapes or _maximum_iterations(op, body_graph) is not None:
+  if not op.ctx.active_set.static_shapes or _maximum_iterations(op, body) is not None:
     return
   for k, t in enumerate(op.op.inputs):
-    if t.dtype != tf.variant or _is_passthrough(body_graph, k):
+    if t.dtype != tf.variant or body.passes_through(k):
       continue
     while t.op.type == "Identity":
       t = t.op.inputs[0]
@@ -101,28 +144,20 @@ def _initial(value, ctx, element_shape):
   return stack(value, ctx.n)
 
 
-def _maximum_iterations(op, body_graph):
+def _maximum_iterations(op, body):
   """The loop's `maximum_iterations` (while_v2 carries it as variable 1), or None.
 
   Passed on to the emitted loop: XLA needs it to differentiate a loop.
   """
-  if len(op.inputs) < 2 or op.is_stacked(1) or not _is_passthrough(body_graph, 1):
+  if len(op.inputs) < 2 or op.is_stacked(1) or not body.passes_through(1):
     return None
-  if "maximum_iterations" not in body_graph.inputs[1].op.name:
+  if "maximum_iterations" not in body.graph.inputs[1].op.name:
     return None
   limit = op.invariant(1)
   static = tf.get_static_value(limit)
   if static is not None and static < 0:
     return None
   return limit
-
-
-def _is_passthrough(body_graph, k):
-  """Whether body output k is body input k, possibly through Identity ops."""
-  t = body_graph.outputs[k]
-  while t.op.type == "Identity":
-    t = t.op.inputs[0]
-  return t is body_graph.inputs[k]
 
 
 def _shape_invariant(op, k, value, flag):
@@ -134,32 +169,32 @@ def _shape_invariant(op, k, value, flag):
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
-def _run_body(body_graph, values, flags, ctx):
+def _run_body(body, values, flags, ctx):
   """The converted body's outputs, stacked ones tiled as `flags` demand."""
-  outputs, _ = walker.convert_graph(body_graph, values, ctx)
+  outputs, _ = walker.convert_graph(body.graph, values, ctx, body.outputs)
   return [stack(v, ctx.n) if f else v.tensor for v, f in zip(outputs, flags)]
 
 
-def _invariant_loop(op, cond_graph, body_graph, init, flags):
+def _invariant_loop(op, cond_graph, body, init, flags):
   ctx = op.ctx
 
   def cond(*state):
     values = [Value(t, f) for t, f in zip(state, flags)]
     return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
 
-  def body(*state):
-    return _run_body(body_graph, [Value(t, f) for t, f in zip(state, flags)], flags, ctx)
+  def step(*state):
+    return _run_body(body, [Value(t, f) for t, f in zip(state, flags)], flags, ctx)
 
   results = tf.while_loop(
-      cond, body, [v.tensor for v in init],
+      cond, step, [v.tensor for v in init],
       shape_invariants=[_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
                         enumerate(zip(init, flags))],
       parallel_iterations=op.attr("parallel_iterations"),
-      maximum_iterations=_maximum_iterations(op, body_graph))
+      maximum_iterations=_maximum_iterations(op, body))
   return [Value(t, f) for t, f in zip(results, flags)]
 
 
-def _stacked_loop(op, cond_graph, body_graph, init, flags, strategy):
+def _stacked_loop(op, cond_graph, body, init, flags, strategy):
   """The loop over the active set of `strategy` (`active_set.py`): the condition is
   evaluated for every iteration, then each step runs the body on the live iterations, keeps
   its values, re-evaluates the condition on them and drops those that finished."""
@@ -167,7 +202,7 @@ def _stacked_loop(op, cond_graph, body_graph, init, flags, strategy):
   # A stacked variable the body passes through (a sequence the loop reads) stays whole in
   # the state, all n rows, and is read at the live rows each step (so a read of one step's
   # row is one small gather); it needs no keeping and no accumulator.
-  fixed = [f and _is_passthrough(body_graph, k) for k, f in enumerate(flags)]
+  fixed = [f and body.passes_through(k) for k, f in enumerate(flags)]
 
   def condition(lane_ctx, values):
     pred = walker.convert_graph(cond_graph, values, lane_ctx)[0][0]
@@ -183,7 +218,7 @@ def _stacked_loop(op, cond_graph, body_graph, init, flags, strategy):
   def step(state):
     lane_ctx, rows = strategy.lanes(ctx, state)
     values = strategy.read(state, rows, fixed)
-    new = _run_body(body_graph, values, flags, lane_ctx)
+    new = _run_body(body, values, flags, lane_ctx)
     state = strategy.keep(state, [Value(t, f) for t, f in zip(new, flags)], fixed)
     return with_condition(state, lane_ctx, strategy.read(state, rows, fixed, reused=values))
 
@@ -195,7 +230,7 @@ def _stacked_loop(op, cond_graph, body_graph, init, flags, strategy):
       lambda *loop: _pack(step(_unpack(loop, state))),
       _pack(state), shape_invariants=(invariants.live, invariants.values, invariants.carry),
       parallel_iterations=op.attr("parallel_iterations"),
-      maximum_iterations=_maximum_iterations(op, body_graph))
+      maximum_iterations=_maximum_iterations(op, body))
   return strategy.finals(_unpack(results, state), init, fixed)
 
 

@@ -200,3 +200,22 @@ def test_add_chain_in_a_per_iteration_branch_survives_grappler_in_the_gradient()
     total = tf.reduce_sum(out * out)
   expected = tf.convert_to_tensor(tape.gradient(total, X8))
   np.testing.assert_allclose(pfor_grad(X8), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("trips", ["invariant", "per_iteration"])
+@pytest.mark.parametrize("mode", ["xla", "function"])
+def test_array_written_in_a_loop_and_never_read(trips, mode):
+  """Fuzz seeds 110019 and 1000637 (ten seeds of the kind), shrunk: a dynamic-size
+  TensorArray written in a loop and never read. Under XLA the writes were refused (no
+  room), where XLA's own loop leaves the unread array out; now the loop does too."""
+  def body(i):
+    limit = 3 if trips == "invariant" else tf.math.floormod(i, 3) + 1
+
+    def step(j, c, array):
+      return j + 1, tf.tanh(c), array.write(j, c)
+    _, c, array = tf.while_loop(
+        lambda j, c, array: j < limit, step,
+        (0, X7[i], tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[2])))
+    tf.reduce_sum(array.stack(), 0)   # unused, as XLA prunes it
+    return c
+  testing.check_against_loop(body, 3, mode=mode)
