@@ -56,16 +56,19 @@ class Layout:
     key, row = self.rows[var]
     return files[key][row]
 
-  def slots_of(self, block, written, files):
-    """The slots of the block at dispatch index `block`: its `written` values (register
-    -> `[batch, ...]`), the file's value for a register it did not write, then padding."""
+  def rows_of(self, files):
+    """Every register's value, read lazily: one unstack per file, at its first read."""
+    return _Rows(self, files)
+
+  def slots_of(self, block, values):
+    """The slots of the block at dispatch index `block`, from `values` (register -> its
+    `[batch, ...]` value after the block), then padding."""
     out = {}
     for key, names in self.slots[block].items():
-      if not self.width[key]:
-        continue
-      values = [written[v] if v in written else self.read(files, v) for v in names]
-      padding = [tf.zeros_like(files[key][0])] * (self.width[key] - len(names))
-      out[key] = tf.stack(values + padding)
+      if self.width[key]:
+        padding = self.width[key] - len(names)
+        out[key] = tf.stack([values[v] for v in names] +
+                            [tf.zeros_like(values[self.names[key][0]])] * padding)
     return out
 
   def written(self, files, block, slots):
@@ -75,3 +78,18 @@ class Layout:
       rows = tf.gather(tf.constant(self.targets[key]), block)
       files[key] = tf.tensor_scatter_nd_update(files[key], rows[:, None], values)
     return files
+
+
+class _Rows:
+  """Registers read from the files, one `tf.unstack` per file (not one slice per read)."""
+
+  def __init__(self, layout, files):
+    self.layout = layout
+    self.files = files
+    self.unstacked = {}
+
+  def __getitem__(self, var):
+    key, row = self.layout.rows[var]
+    if key not in self.unstacked:
+      self.unstacked[key] = tf.unstack(self.files[key])
+    return self.unstacked[key][row]

@@ -177,7 +177,7 @@ class _Machine:
       regs["pc"] = tf.where(overflow, self.halt, regs["pc"])
       regs["overflow"] = tf.where(overflow, self.codes[block.calls], regs["overflow"])
     assert set(regs.written) <= set(self.writes(block)), (block.label, regs.written)
-    slots = self.registers.slots_of(self.index[block.label], regs.written, files)
+    slots = self.registers.slots_of(self.index[block.label], regs)
     if not self.masked:
       return slots, self.stack_buffers
     return slots, self.staged(block, pending)
@@ -239,14 +239,13 @@ class _View:
   """The registers as one block sees them: read from the files, written aside."""
 
   def __init__(self, registers, files):
-    self.registers = registers
-    self.files = files
+    self.rows = registers.rows_of(files)
     self.written = {}
 
   def __getitem__(self, var):
     if var in self.written:
       return self.written[var]
-    return self.registers.read(self.files, var)
+    return self.rows[var]
 
   def __setitem__(self, var, value):
     self.written[var] = value
