@@ -15,6 +15,11 @@ Forms, all checked against the per-example loop before they are timed:
 Run: `python -m benchmarks.workloads.recursion [--batch 1000] [--rounds 5] [--sample 40]`.
 Prints first-call and median steady-state seconds and the ratios, and writes them as
 markdown to `--out` if given.
+
+`FIB` and `FIB_LOOP` are the same programs as workloads of the suite (`benchmarks.run`):
+hand-batched is the iterative batched program (O(n) steps, the speed limit), the loop's
+place holds TFP's auto_batching (what users of recursion write otherwise: `tf.map_fn` cannot
+trace a recursive function), and TF's pfor (`tf.vectorized_map`) fails to trace it.
 """
 
 import argparse
@@ -25,6 +30,7 @@ import tensorflow as tf
 
 import vectorize
 from benchmarks import timing
+from benchmarks import workload
 
 
 def fib(n):
@@ -43,6 +49,29 @@ def fib_loop(n):
 
 
 PROGRAMS = {"fib": (fib, 5, 16, 16), "fib_loop": (fib_loop, 5, 13, 16)}  # fn, low, high, depth
+
+
+def _iterated(n, step):
+  """Runs `step(k, a, b, acc) -> acc` for k < max(n) over the batch, (a, b) = (fib(k),
+  fib(k + 1)); returns acc (starting at zeros)."""
+  def body(k, a, b, acc):
+    return k + 1, b, a + b, step(k, a, b, acc)
+  zeros = tf.zeros_like(n)
+  return tf.while_loop(lambda k, *_: k < tf.reduce_max(n), body,
+                       [tf.constant(0), zeros, zeros + 1, zeros])[3]
+
+
+def fib_hand(n):
+  """fib of every n at once, iteratively."""
+  return _iterated(n, lambda k, a, b, acc: tf.where(k == n - 1, b, acc))
+
+
+def fib_loop_hand(n):
+  """sum of fib(k) for k < n, for every n at once, iteratively."""
+  return _iterated(n, lambda k, a, b, acc: acc + tf.where(k < n, a, 0))
+
+
+HAND = {"fib": fib_hand, "fib_loop": fib_loop_hand}
 
 
 def _tfp_forms(name, depth):
@@ -93,6 +122,43 @@ def forms(name, batch):
     compiled["tfp"] = tf.function(tfp_run)
     compiled["tfp XLA"] = tf.function(tfp_run, jit_compile=True)
   return fn, x, {form: (lambda f=f: f(x)) for form, f in compiled.items()}
+
+
+def build(name):
+  """The suite's `build(batch, jit_compile)` of a program (see the module docstring)."""
+  def forms_at(batch, jit_compile=False):
+    del jit_compile
+    fn, low, high, depth = PROGRAMS[name]
+    x = tf.constant(np.random.default_rng(0).integers(low, high, size=[batch]), tf.int32)
+    batched = vectorize.autobatch(fn, max_stack_depth=depth)
+    tfp_run = _tfp_forms(name, depth)
+    return {workload.HAND: lambda: HAND[name](x),
+            workload.VECTORIZE: lambda: batched(x),
+            # TFP stages the program in a graph of its own: give it a graph tensor.
+            workload.LOOP: (lambda: tfp_run(tf.identity(x))) if tfp_run else _no_tfp,
+            workload.TF_PFOR: lambda: tf.vectorized_map(fn, x)}
+  return forms_at
+
+
+def _no_tfp():
+  raise ImportError("tensorflow_probability is not installed (pip install -e '.[bench]')")
+
+
+_FORMS = {workload.HAND: "the iterative batched program", workload.VECTORIZE: "autobatch",
+          workload.LOOP: "TFP auto_batching (tf.map_fn cannot trace recursion)",
+          workload.TF_PFOR: "tf.vectorized_map"}
+
+FIB = workload.Workload(
+    name="pc_fib", title="recursive fib(n), n uniform in 5..15 (program-counter mode)",
+    unit="examples", build=build("fib"), forms=_FORMS, batch_sizes=(1, 10, 100, 1000),
+    quick_batch_sizes=(1000,))
+
+FIB_LOOP = workload.Workload(
+    name="pc_fib_loop",
+    title="a recursion inside a loop: sum of fib(k) for k < n, n uniform in 5..12 "
+          "(program-counter mode)",
+    unit="examples", build=build("fib_loop"), forms=_FORMS, batch_sizes=(1, 10, 100, 1000),
+    quick_batch_sizes=(1000,))
 
 
 def eager_loop_seconds(fn, x, sample):
