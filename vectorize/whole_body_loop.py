@@ -12,6 +12,7 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.framework import func_graph
 
+from vectorize import graph_io
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError
 
@@ -22,15 +23,32 @@ _WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
            "ResourceScatterNdSub")
 
 
+def _called_functions(op):
+  """The names of the functions op calls (a call's f, a loop's cond and body, branches)."""
+  for value in op.node_def.attr.values():
+    if value.HasField("func"):
+      yield value.func.name
+    elif value.HasField("list"):
+      yield from (f.name for f in value.list.func)
+
+
 class StatefulRefusal(ConversionError):
   """A stateful op that has no vectorized form here: the whole body must run as a loop."""
 
 
-def writes_variables(graph):
+def writes_variables(graph, seen=None):
   """Whether the body graph, or a function it calls, writes a resource variable."""
-  graph_def = graph.as_graph_def()
-  nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-  return any(node.op in _WRITES for node in nodes)
+  seen = set() if seen is None else seen
+  for op in graph.get_operations():
+    if op.type in _WRITES:
+      return True
+    for name in _called_functions(op):
+      fn = graph_io.find_function(graph, name)
+      if name not in seen and fn is not None:
+        seen.add(name)
+        if writes_variables(fn.graph, seen):
+          return True
+  return False
 
 
 def refuses_state(convert):
