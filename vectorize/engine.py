@@ -104,7 +104,7 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
     raise ValueError("pfor_config reductions cannot be combined with parallel_iterations: "
                      "a reduction needs all iterations at once.")
   with tf.name_scope("pfor"):
-    refusal = (fallback_allowed and not chunked and body.config is None and
+    refusal = (fallback_allowed and body.config is None and
                whole_body_loop.writes_variables(body.graph) and
                whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
                    n, static_n, fallback_allowed, Report(warn=False)))))
