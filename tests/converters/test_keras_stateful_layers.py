@@ -221,6 +221,23 @@ def test_update_that_is_not_affine_runs_sequentially_with_the_fallback_on(mode, 
   testing.assert_allclose(after, variable.numpy())
 
 
+@pytest.mark.parametrize("kwargs", [{"parallel_iterations": 2}, {}])
+def test_update_that_is_not_affine_runs_sequentially_chunked_and_under_xla(kwargs):
+  variable = tf.Variable(tf.fill([3], 0.5))
+
+  def body(i):
+    old = variable.read_value()
+    variable.assign(old * old + _X[i])
+    return old
+
+  mode = "function" if kwargs else "xla"
+  actual = testing.run_pfor(body, 4, mode=mode, fallback=True, **kwargs)
+  after = variable.numpy()
+  variable.assign(tf.fill([3], 0.5))
+  testing.assert_allclose(actual, testing.sequential(body, 4))
+  testing.assert_allclose(after, variable.numpy())
+
+
 def test_update_that_is_not_affine_with_the_fallback_off_names_the_line():
   variable = tf.Variable(tf.fill([3], 0.5))
 
