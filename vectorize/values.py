@@ -110,8 +110,7 @@ def per_iteration_shape(value, out_type=tf.int32):
 def max_or_zero(tensor):
   """The largest entry of `tensor`, or 0 when it is empty (a per-iteration vector when n is 0,
   where a plain reduce_max gives the dtype's lowest value)."""
-  flat = tf.reshape(tensor, [-1])
-  return tf.reduce_max(tf.concat([flat, tf.zeros([1], flat.dtype)], 0))
+  return tf.maximum(tf.reduce_max(tensor), tf.zeros([], tensor.dtype))
 
 
 def offset_by_iteration(ids, step, n):
