@@ -7,7 +7,9 @@ from benchmarks.workloads import jacobians
 from benchmarks.workloads import keras_layers
 from benchmarks.workloads import linear
 from benchmarks.workloads import mapping
+from benchmarks.workloads import nuts
 from benchmarks.workloads import per_example_gradients
+from benchmarks.workloads import recursion
 from benchmarks.workloads import varlen_lstm
 
 ALL = (
@@ -27,4 +29,8 @@ ALL = (
     keras_layers.INFERENCE,
     augmentation.WORKLOAD,
     data_pipeline.WORKLOAD,
+    recursion.FIB,
+    recursion.FIB_LOOP,
+    nuts.NUTS,
+    nuts.NUTS_CORRELATED,
 )
