@@ -9,6 +9,8 @@ hand-unrolled: the limit) and TFP's auto-batched recursive
 loop (on a sample of chains, scaled).
 
 Run: `python -m benchmarks.workloads.nuts [--chains 1,10,100,1000] [--rounds 3]`.
+`NUTS` and `NUTS_CORRELATED` are the same transitions as workloads of the suite
+(`benchmarks.run`, batch = chains).
 """
 
 import argparse
@@ -19,6 +21,7 @@ import tensorflow as tf
 
 import vectorize
 from benchmarks import timing
+from benchmarks import workload
 
 MAX_DEPTH = 10
 STEP_SIZE = {"normal10": 0.3, "correlated100": 0.05}
@@ -150,18 +153,20 @@ def _tfp():
     return None
 
 
-def forms(target, chains):
-  """{form: zero-argument callable} for one transition of `chains` chains."""
+def _inputs(target, chains):
   TARGET[0] = target
-  dim = DIM[target]
   rng = np.random.default_rng(0)
-  theta = tf.constant(rng.standard_normal([chains, dim]), tf.float32)
+  theta = tf.constant(rng.standard_normal([chains, DIM[target]]), tf.float32)
   seeds = tf.constant(rng.integers(0, 2 ** 30, size=[chains, 2]), tf.int32)
-  eps = tf.fill([chains], STEP_SIZE[target])
+  return theta, seeds, tf.fill([chains], STEP_SIZE[target])
+
+
+def samplers(target, chains):
+  """{form: zero-argument function} of one transition of `chains` chains, not compiled:
+  "autobatch", and with TFP "tfp iterative" and "tfp recursive"."""
+  theta, seeds, eps = _inputs(target, chains)
   batched = vectorize.autobatch(nuts_step, max_stack_depth=MAX_DEPTH + 1)
-  compiled = {"autobatch": tf.function(batched),
-              "autobatch XLA": tf.function(batched, jit_compile=True)}
-  result = {k: (lambda f=f: f(theta, seeds, eps)) for k, f in compiled.items()}
+  result = {"autobatch": lambda: batched(theta, seeds, eps)}
   tfp = _tfp()
   if tfp is not None:
     def batch_log_prob(x):
@@ -170,17 +175,65 @@ def forms(target, chains):
                                         max_tree_depth=MAX_DEPTH)
     recursive = tfp.experimental.mcmc.NoUTurnSampler(batch_log_prob, STEP_SIZE[target],
                                                      max_tree_depth=MAX_DEPTH, seed=1)
+    result["tfp iterative"] = lambda: iterative.one_step(
+        theta, iterative.bootstrap_results(theta), seed=(1, 2))[0]
+    # Its seed is the constructor's; it stages its program in a graph of its own.
+    result["tfp recursive"] = lambda: recursive.one_step(
+        tf.identity(theta), recursive.bootstrap_results(tf.identity(theta)))[0]
+  return result
 
-    def step(kernel, x):
-      if kernel is recursive:          # its seed is the constructor's
-        return kernel.one_step(x, kernel.bootstrap_results(x))[0]
-      return kernel.one_step(x, kernel.bootstrap_results(x), seed=(1, 2))[0]
 
-    for label, kernel in (("tfp iterative", iterative), ("tfp recursive", recursive)):
-      for xla in (False, True):
-        f = tf.function(lambda x, k=kernel: step(k, x), jit_compile=xla)
-        result[label + (" XLA" if xla else "")] = lambda f=f: f(theta)
+def forms(target, chains):
+  """{form: zero-argument callable} for one transition of `chains` chains, each form
+  compiled plain and under XLA."""
+  theta, seeds, eps = _inputs(target, chains)
+  result = {}
+  for form, f in samplers(target, chains).items():
+    for xla in (False, True):
+      result[form + (" XLA" if xla else "")] = tf.function(f, jit_compile=xla)
   return theta, seeds, eps, result
+
+
+def build(target):
+  """The suite's `build(chains, jit_compile)` on a target. Samplers with different random
+  streams cannot agree on a transition, so every form returns the fraction of chains whose
+  new state is finite (the runner's check); autobatch's transition is checked against
+  per-chain transitions in tests/pc/test_nuts_program.py and by `python -m
+  benchmarks.workloads.nuts`."""
+  def forms_at(chains, jit_compile=False):
+    del jit_compile
+    fs = samplers(target, chains)
+    theta, seeds, eps = _inputs(target, chains)
+    finite = lambda f: lambda: tf.reduce_mean(tf.cast(tf.math.is_finite(f()), tf.float32))
+    return {workload.HAND: finite(fs.get("tfp iterative", _no_tfp)),
+            workload.VECTORIZE: finite(fs["autobatch"]),
+            workload.LOOP: finite(fs.get("tfp recursive", _no_tfp)),
+            workload.TF_PFOR: finite(lambda: tf.vectorized_map(
+                lambda args: nuts_step(*args), (theta, seeds, eps)))}
+  return forms_at
+
+
+def _no_tfp():
+  raise ImportError("tensorflow_probability is not installed (pip install -e '.[bench]')")
+
+
+_FORMS = {workload.HAND: "tfp.mcmc.NoUTurnSampler (iterative, hand-unrolled)",
+          workload.VECTORIZE: "autobatch of the recursive per-chain sampler",
+          workload.LOOP: "TFP's auto-batched recursive tfp.experimental.mcmc.NoUTurnSampler "
+                         "(tf.map_fn cannot trace recursion)",
+          workload.TF_PFOR: "tf.vectorized_map of the per-chain sampler"}
+
+NUTS = workload.Workload(
+    name="pc_nuts", title="one NUTS transition, 10-d standard normal, batch = chains "
+                          "(program-counter mode)",
+    unit="chains", build=build("normal10"), forms=_FORMS, batch_sizes=(1, 10, 100, 1000),
+    quick_batch_sizes=(100,))
+
+NUTS_CORRELATED = workload.Workload(
+    name="pc_nuts_correlated100", title="one NUTS transition, 100-d correlated Gaussian, "
+                                        "batch = chains (program-counter mode)",
+    unit="chains", build=build("correlated100"), forms=_FORMS, batch_sizes=(1, 10, 100, 1000),
+    quick_batch_sizes=(100,))
 
 
 def eager_loop_seconds(theta, seeds, eps, sample):
