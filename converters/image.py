@@ -15,6 +15,8 @@ channels, `[n, b, h, w, d] -> [b, h, w, n*d]`.
 
 import tensorflow as tf
 
+from converters import projective
+from vectorize import options
 from vectorize import walker
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
@@ -50,6 +52,8 @@ def _convert_projective_transform(op):
   transforms = _folded_rows(op, 1, n, b)                   # [n*b, 8] or [1, 8]
   output_shape = op.invariant(2)
   folded = merge_leading(images)
+  if options.compiled_by_xla():   # XLA has no kernel: the op in TF ops
+    return stacked(split_leading(_transform_in_ops(op, folded, transforms, n, b), n, b))
   if op.type == "ImageProjectiveTransformV2" or not op.is_stacked(3):
     extra = [] if op.type == "ImageProjectiveTransformV2" else [op.invariant(3)]
     out = op.rebuild([folded, transforms, output_shape] + extra)[0]
@@ -62,6 +66,22 @@ def _convert_projective_transform(op):
   reach = split_leading(op.rebuild([ones, transforms, output_shape, zero])[0], n, b)
   fill = tf.cast(_per_iteration_scalar(op, 3, moved), images.dtype)
   return stacked(moved + fill * (1 - reach))
+
+
+def _transform_in_ops(op, folded, transforms, n, b):
+  """The transform of `[n*b, h, w, c]` images by converters/projective.py."""
+  output_shape = tf.get_static_value(op.invariant(2))
+  if output_shape is None:
+    raise Unvectorizable("an output shape not known at trace time")
+  m = tf.shape(folded)[0]
+  transforms = tf.broadcast_to(transforms, tf.stack([m, 8]))
+  if op.type == "ImageProjectiveTransformV2" or not op.is_stacked(3):
+    fill = tf.zeros([]) if op.type == "ImageProjectiveTransformV2" else op.invariant(3)
+    fill = tf.broadcast_to(fill, [m])
+  else:
+    fill = merge_leading(tf.broadcast_to(op.stacked(3)[:, None], shape_vector([n, b])))
+  return projective.transform(folded, transforms, [int(d) for d in output_shape], fill,
+                              op.attr("interpolation").decode(), op.attr("fill_mode").decode())
 
 
 @register("CropAndResize")

@@ -263,3 +263,42 @@ def test_adjust_contrast_has_the_gradient_of_its_formula(mode, stacked_factor):
 
   for actual, expected in zip(gradients(tf.image.adjust_contrast), gradients(formula)):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+_TRANSFORM_IMAGES = tf.constant(np.random.default_rng(1).uniform(-1, 1, [4, 9, 7, 3]),
+                                tf.float32)
+
+
+def _transforms():
+  rng = np.random.default_rng(2)
+  a, s = rng.uniform(-3, 3, 4), rng.uniform(0.3, 3, 4)
+  t = np.stack([s * np.cos(a), -np.sin(a) * s, rng.uniform(-20, 20, 4), np.sin(a),
+                np.cos(a) * s, rng.uniform(-20, 20, 4), rng.uniform(-0.05, 0.05, 4),
+                rng.uniform(-0.05, 0.05, 4)], 1)
+  t[0] = [1, 0, 0, 0, 1, 0, 0, 0]
+  return tf.constant(t, tf.float32)
+
+
+@pytest.mark.parametrize("interpolation", ["BILINEAR", "NEAREST"])
+@pytest.mark.parametrize("fill_mode", ["REFLECT", "NEAREST", "CONSTANT"])
+@pytest.mark.parametrize("output_shape", [[9, 7], [5, 11]])
+def test_projective_transform_under_xla_equals_the_kernels_loop(interpolation, fill_mode,
+                                                                 output_shape):
+  """XLA has no kernel: converters/projective.py computes it in TF ops, per-iteration fill
+  values included."""
+  transforms, fills = _transforms(), tf.constant([0.0, 1.5, -2.0, 0.25])
+
+  def body(i):
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=_TRANSFORM_IMAGES[i][None], transforms=transforms[i][None],
+        output_shape=output_shape, fill_value=fills[i], interpolation=interpolation,
+        fill_mode=fill_mode)[0]
+
+  expected = testing.sequential(body, 4)
+  testing.assert_allclose(testing.run_pfor(body, 4, mode="xla"), expected, 1e-6)
+
+
+def test_keras_random_rotation_compiles_under_xla():
+  layer = keras.layers.RandomRotation(0.3, seed=5)
+  out = testing.run_pfor(lambda i: layer(_TRANSFORM_IMAGES[i], training=True), 4, mode="xla")
+  assert out.shape == (4, 9, 7, 3) and len({row.tobytes() for row in out}) == 4

@@ -1,0 +1,96 @@
+"""ImageProjectiveTransformV3 written in TF ops, for XLA, which has no kernel for it.
+
+Keras RandomRotation, RandomZoom and RandomTranslation call the op; under XLA neither the
+op nor a loop of it compiles. Here each output pixel's source coordinates come from its
+image's transform, are mapped into the image by the fill mode, and the image is read by one
+gather per neighbour from a copy framed by two pixels of the fill value on every side, so
+that a read outside the image gives the fill value as the kernel's does. Bilinear weights
+are combined in the kernel's order. Checked against the kernel on CPU
+(tests/converters/test_image.py); float32 images, fill modes REFLECT, NEAREST and CONSTANT.
+"""
+
+import tensorflow as tf
+
+from vectorize.errors import Unvectorizable
+
+_BORDER = 2
+MODES = ("REFLECT", "NEAREST", "CONSTANT")
+
+
+def _truncated(x):
+  return tf.where(x < 0, tf.math.ceil(x), tf.floor(x))
+
+
+def _reflected(coord, size):
+  """Folds a coordinate into [0, size - 1] by mirroring at the edges, periodically."""
+  if size <= 1:
+    return tf.zeros_like(coord)
+  period = float(2 * size)
+  below = coord + period * _truncated(-coord / period)
+  below = tf.where(below < -size, below + period, -below - 1)
+  above = coord - period * _truncated(coord / period)
+  above = tf.where(above >= size, period - above - 1, above)
+  folded = tf.where(coord < 0, below, tf.where(coord > size - 1, above, coord))
+  return tf.clip_by_value(folded, 0.0, float(size - 1))
+
+
+def _mapped(coord, size, fill_mode):
+  if fill_mode == "REFLECT":
+    return _reflected(coord, size)
+  if fill_mode == "NEAREST":
+    return tf.clip_by_value(coord, 0.0, float(max(size - 1, 0)))
+  return coord
+
+
+def _framed(images, fill):
+  """`[m, h, w, c]` images inside a frame of `_BORDER` fill pixels: `[m, h + 4, w + 4, c]`;
+  `fill` is one value per image, `[m]`."""
+  _, h, w, c = images.shape
+  m = tf.shape(images)[0]
+  fill = tf.reshape(fill, [-1, 1, 1, 1])
+  columns = tf.broadcast_to(fill, [m, h, _BORDER, c])
+  middle = tf.concat([columns, images, columns], 2)
+  rows = tf.broadcast_to(fill, [m, _BORDER, w + 2 * _BORDER, c])
+  return tf.concat([rows, middle, rows], 1)
+
+
+def transform(images, transforms, output_shape, fill, interpolation, fill_mode):
+  """The kernel's output for `[m, h, w, c]` float32 images, `[m, 8]` transforms, a static
+  `[out_h, out_w]`, one fill value per image (`[m]`)."""
+  if (images.dtype != tf.float32 or fill_mode not in MODES or
+      not images.shape[1:].is_fully_defined()):
+    raise Unvectorizable("the projective transform in TF ops takes float32 images of known "
+                         "size and fill modes " + ", ".join(MODES))
+  _, h, w, c = images.shape
+  m = tf.shape(images)[0]
+  out_h, out_w = output_shape
+  ys = tf.range(out_h, dtype=tf.float32)[:, None]
+  xs = tf.range(out_w, dtype=tf.float32)[None, :]
+  t = [transforms[:, k, None, None] for k in range(8)]
+  projection = t[6] * xs + t[7] * ys + 1.0                                  # [m, oh, ow]
+  unprojected = tf.equal(projection, 0)   # the kernel gives the fill value there
+  divisor = tf.where(unprojected, 1.0, projection)
+  in_x = _mapped((t[0] * xs + t[1] * ys + t[2]) / divisor, w, fill_mode)
+  in_y = _mapped((t[3] * xs + t[4] * ys + t[5]) / divisor, h, fill_mode)
+  frame = tf.reshape(_framed(images, fill), [-1, c])
+  stride = w + 2 * _BORDER
+  first = (tf.range(m) * (h + 2 * _BORDER) * stride)[:, None, None]
+
+  def read(row, column):
+    """Pixels at integer-valued float coordinates; outside the image: the fill value."""
+    row = tf.cast(tf.clip_by_value(row, -_BORDER, h), tf.int32) + _BORDER
+    column = tf.cast(tf.clip_by_value(column, -_BORDER, w), tf.int32) + _BORDER
+    return tf.gather(frame, first + row * stride + column)                 # [m, oh, ow, c]
+
+  if interpolation == "NEAREST":
+    rounded = lambda v: tf.sign(v) * tf.floor(tf.abs(v) + 0.5)   # half away from zero
+    out = read(rounded(in_y), rounded(in_x))
+  else:
+    y0, x0 = tf.floor(in_y), tf.floor(in_x)
+    y1, x1 = y0 + 1, x0 + 1
+    weight = lambda v: v[..., None]
+    top = weight(x1 - in_x) * read(y0, x0) + weight(in_x - x0) * read(y0, x1)
+    bottom = weight(x1 - in_x) * read(y1, x0) + weight(in_x - x0) * read(y1, x1)
+    out = weight(y1 - in_y) * top + weight(in_y - y0) * bottom
+  fill = tf.reshape(fill, [-1, 1, 1, 1])
+  return tf.where(unprojected[..., None], fill, out)
