@@ -2,15 +2,16 @@
 
 import tensorflow as tf
 
-from vectorize.pc import allocation, frontend, ir, liveness, lowering, stack_opt, type_inference
+from vectorize.pc import (allocation, block_fusion, frontend, ir, liveness, lowering, stack_opt,
+                          type_inference)
 
 INT = ir.VarType(tf.int32, ())
 FLOAT = ir.VarType(tf.float32, ())
 
-_ORDER = ("frontend", "types", "liveness", "allocation", "lowering", "stack_opt")
+_ORDER = ("frontend", "types", "liveness", "allocation", "lowering", "stack_opt", "fusion")
 _PASSES = {"types": type_inference.infer, "liveness": liveness.analyze,
            "allocation": allocation.allocate, "lowering": lowering.lower,
-           "stack_opt": stack_opt.fuse_pop_push}
+           "stack_opt": stack_opt.fuse_pop_push, "fusion": block_fusion.fuse_blocks}
 
 
 def run_until(fn, types, last):

