@@ -15,6 +15,8 @@ Three tricks cover the family:
   product, and the input gradient is rewritten as a forward convolution over the output
   gradient dilated by the strides.
 Convolutions stored channels-first are transposed to channels-last where they are packed.
+Packed at n = 0, a convolution has zero channels, which its kernels reject: the convolutions
+register behind the n = 0 guard (`register_converter(rejects_empty=True)`).
 """
 
 from typing import NamedTuple
@@ -26,7 +28,7 @@ from converters import backprop
 from vectorize import graph_io
 from vectorize.errors import Unvectorizable
 from vectorize.family import (fold_into_batch, register_converter, register_leading_batch,
-                              register_merge_batch, size_list, unless_empty)
+                              register_merge_batch, size_list)
 from vectorize.registry import register
 from vectorize.values import (constant, dynamic_shape, invariant, loop_length, merge_leading,
                               product, rank, reshape, reshape_leading, shape_vector,
@@ -349,16 +351,12 @@ def _channels_last_sizes(op, i):
   return sizes
 
 
-@register("Conv2D", "Conv3D")
+@register_converter("Conv2D", "Conv3D", rejects_empty=True)
 def _convert_conv(op):
   """Invariant filter: fold. Invariant input: the filters packed into output channels, one
   convolution. Both stacked: patches."""
   if not op.is_stacked(1):
     return fold_into_batch(op, (0,))
-  return unless_empty(op, _conv_with_stacked_filter)
-
-
-def _conv_with_stacked_filter(op):
   _, window = _window(op)
   x, f = _channels_last_input(op, 0), op.value(1).tensor
   if op.is_stacked(0):
@@ -367,17 +365,13 @@ def _conv_with_stacked_filter(op):
   return _restore_layout(op, _unpack(y, -1, loop_length(op.ctx), dynamic_shape(f)[-1]))
 
 
-@register("Conv2DBackpropInput", "Conv3DBackpropInputV2")
+@register_converter("Conv2DBackpropInput", "Conv3DBackpropInputV2", rejects_empty=True)
 def _convert_conv_backprop_input(op):
   """Invariant filter: fold. Invariant out_backprop: the filters packed into input channels,
   one op. Both stacked: a forward convolution by patches."""
   if not op.is_stacked(1):
     return (backprop.conv_input_gradient_as_conv(op) or
             fold_into_batch(op, (2,), sizes_input=0))
-  return unless_empty(op, _conv_backprop_input_with_stacked_filter)
-
-
-def _conv_backprop_input_with_stacked_filter(op):
   _, window = _window(op)
   sizes = _channels_last_sizes(op, 0)
   f, dy = op.value(1).tensor, _channels_last_input(op, 2)
@@ -410,16 +404,12 @@ def _conv_backprop_filter(op):
   return stacked(_unpack(grad, -2, n, sizes[-2]))
 
 
-@register("DepthwiseConv2dNative")
+@register_converter("DepthwiseConv2dNative", rejects_empty=True)
 def _convert_depthwise_conv(op):
   """Invariant filter: fold. Otherwise the loop axis is packed into the channels: both
   stacked, input channels `n*c`; invariant input, multipliers `n*m` per input channel."""
   if not op.is_stacked(1):
     return fold_into_batch(op, (0,))
-  return unless_empty(op, _depthwise_conv_with_stacked_filter)
-
-
-def _depthwise_conv_with_stacked_filter(op):
   _, window = _window(op)
   x, f = _channels_last_input(op, 0), op.value(1).tensor
   n = loop_length(op.ctx)
@@ -434,16 +424,12 @@ def _depthwise_conv_with_stacked_filter(op):
   return _restore_layout(op, reshape(y, [n] + shape[:-1] + [c * m]))
 
 
-@register("DepthwiseConv2dNativeBackpropInput")
+@register_converter("DepthwiseConv2dNativeBackpropInput", rejects_empty=True)
 def _convert_depthwise_conv_backprop_input(op):
   """Invariant filter: fold. Otherwise input channels `n*c` and out_backprop channels
   `n*c*m` (tiled if invariant: each iteration's filter needs it)."""
   if not op.is_stacked(1):
     return fold_into_batch(op, (2,), sizes_input=0)
-  return unless_empty(op, _depthwise_conv_backprop_input_with_stacked_filter)
-
-
-def _depthwise_conv_backprop_input_with_stacked_filter(op):
   _, window = _window(op)
   sizes = _channels_last_sizes(op, 0)
   n = loop_length(op.ctx)
