@@ -79,8 +79,13 @@ def borrowing_lanes(mask):
 
 def at_rows(ctx, rows, static_n=None):
   """The Context of the iterations at `rows` (positions in `ctx`'s stacked tensors): a
-  subset (Partitioned) or every lane with borrowed rows (Masked, `static_n` kept)."""
-  return dataclasses.replace(ctx, n=tf.size(rows, out_type=tf.int32),
+  subset (Partitioned) or every lane with borrowed rows (Masked, `static_n` kept).
+
+  n is read with Shape, not Size: in a loop over a shrinking set, Grappler's constant
+  folding gave a Size of the live positions its value at the loop's entry (a conditional
+  in the loop then split n = 3 positions by 2 predicates; fuzz seeds 1000903, 1001433).
+  """
+  return dataclasses.replace(ctx, n=tf.shape(rows, out_type=tf.int32)[0],
                              indices=tf.gather(ctx.indices, rows), static_n=static_n,
                              active_set=ctx.active_set.inside())
 

@@ -219,3 +219,17 @@ def test_array_written_in_a_loop_and_never_read(trips, mode):
     tf.reduce_sum(array.stack(), 0)   # unused, as XLA prunes it
     return c
   testing.check_against_loop(body, 3, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_per_iteration_cond_in_a_loop_with_per_iteration_trips(mode):
+  """Fuzz seeds 1000903 and 1001433, shrunk: a conditional on the loop index inside a
+  loop whose trip count differs per iteration failed in Grappler's constant folding ('data.
+  shape must start with partitions.shape': the loop's live count kept its entry value)."""
+  def body(i):
+    def step(j, c):
+      extra = tf.cond(tf.equal(tf.math.floormod(i, 2), 0),
+                      lambda: tf.reduce_sum(c) * 2., lambda: tf.reduce_sum(c))
+      return j + 1, c + extra
+    return tf.while_loop(lambda j, c: j < i, step, (0, X7[i]), maximum_iterations=5)[1]
+  testing.check_against_loop(body, 4, mode=mode)
