@@ -135,8 +135,9 @@ def main(argv):
     if workload.name in FLAGS.memory or "all" in FLAGS.memory:
       _measure_memory(workload, entry)
     results["workloads"].append(entry)
-  path = report.write(results, FLAGS.out,
-                      FLAGS.name or tag + ("-quick" if FLAGS.quick else ""))
+    # Written after each workload, so an interrupted run keeps what it measured.
+    path = report.write(results, FLAGS.out,
+                        FLAGS.name or tag + ("-quick" if FLAGS.quick else ""))
   print(f"Done in {time.perf_counter() - start:.0f} s; table: {path}")
   if broken:
     print("vectorize failed:\n  " + "\n  ".join(broken))
