@@ -162,6 +162,9 @@ def _common_size(op):
   size = op.value(1)
   if not size.stacked:
     return size.tensor, []
+  fixed = _fixed_size(op.op.inputs[1])
+  if fixed is not None:
+    return tf.constant(fixed, size.tensor.dtype), []
   common = max_or_zero(size.tensor)
   message = (f"{op.type} {op.op.name!r}{walker.user_location(op.op)} in a vectorized loop: "
              "the number of bins differs per iteration, and counts of different sizes cannot "
@@ -169,6 +172,24 @@ def _common_size(op):
              "outside the loop. Sizes per iteration:")
   return common, [tf.debugging.Assert(tf.reduce_all(tf.equal(size.tensor, common)),
                                       [message, size.tensor])]
+
+
+def _fixed_size(size):
+  """The number of bins when minlength and maxlength fix it, else None.
+
+  `tf.math.bincount` sizes its output min(maxlength, max(minlength, max(x) + 1)): one number
+  for every iteration when maxlength <= minlength, known even with no data at all (n = 0).
+  """
+  if size.op.type != "Minimum":
+    return None
+  for upper, rest in (size.op.inputs, size.op.inputs[::-1]):
+    upper = tf.get_static_value(upper)
+    if upper is None or rest.op.type != "Maximum":
+      continue
+    lower = [tf.get_static_value(t) for t in rest.op.inputs]
+    if any(bound is not None and upper <= bound for bound in lower):
+      return int(upper)
+  return None
 
 
 def _bin_counts(op, ids, weights):
