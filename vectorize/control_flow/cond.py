@@ -158,7 +158,26 @@ def _stacked_choice(op, graphs, branch_index):
   args, ctx = _args(op), op.ctx
   parts = ctx.active_set.split(ctx, branch_index, len(graphs))
   outputs = [_run_part(op, graph, part, args) for graph, part in zip(graphs, parts)]
-  return [Value(t, True) for t in ctx.active_set.merge(parts, outputs)]
+  return [Value(t, True) for t in ctx.active_set.merge(parts, _shape_stand_ins(graphs, outputs))]
+
+
+def _shape_stand_ins(graphs, outputs):
+  """Each branch's FakeParam output as zeros shaped like another branch's real output.
+
+  TF gives a stand-in unknown dims as 0 (`[0, 4]` for `[None, 4]`), which cannot be
+  merged with the real values (seed 4044); the lanes taking the stand-in's branch never
+  read it, so only its shape matters.
+  """
+  for k in range(len(outputs[0])):
+    fake = [_through_identity(g.outputs[k]).op.type == "FakeParam" for g in graphs]
+    real = [outs[k] for outs, f in zip(outputs, fake) if not f]
+    if not any(fake) or not real or not isinstance(real[0], tf.Tensor):
+      continue
+    for outs, f in zip(outputs, fake):
+      if f:
+        outs[k] = tf.zeros(tf.concat([tf.shape(outs[k])[:1], tf.shape(real[0])[1:]], 0),
+                           real[0].dtype)
+  return outputs
 
 
 def _run_part(op, graph, part, args):
