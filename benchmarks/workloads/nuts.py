@@ -3,10 +3,10 @@
 The textbook algorithm (Hoffman & Gelman 2014, Algorithm 3: slice variable, tree doubling by
 a recursive `build_tree`), in plain Python on one chain's state, with random numbers hashed
 from a per-chain seed (the same eagerly and under XLA). Targets: a 10-d standard normal and
-a 100-d correlated Gaussian. Compared, one transition per call, against `tfp.mcmc.NoUTurnSampler` (iterative,
-hand-unrolled: the limit) and TFP's auto-batched recursive
-`tfp.experimental.mcmc.NoUTurnSampler`, plain and under XLA, and against the per-chain eager
-loop (on a sample of chains, scaled).
+a 100-d correlated Gaussian. Compared, one transition per call, against
+`tfp.mcmc.NoUTurnSampler` (iterative, hand-unrolled: the limit) and TFP's auto-batched
+recursive `tfp.experimental.mcmc.NoUTurnSampler`, plain and under XLA, and against the
+per-chain eager loop (on a sample of chains, scaled).
 
 Run: `python -m benchmarks.workloads.nuts [--chains 1,10,100,1000] [--rounds 3]`.
 `NUTS` and `NUTS_CORRELATED` are the same transitions as workloads of the suite
