@@ -17,6 +17,7 @@ from vectorize.control_flow import cond  # pylint: disable=unused-import  (regis
 from vectorize.control_flow import while_loop  # pylint: disable=unused-import  (registers While)
 from vectorize import chunk_outputs
 from vectorize import options
+from vectorize import ragged
 from vectorize import trace as trace_module
 from vectorize import walker
 from vectorize import whole_body_loop
@@ -53,7 +54,8 @@ class LoopBody:
       ctx.reductions = self.config.reductions
     control_outputs = self.traced.markers + list(getattr(self.graph, "control_outputs", []))
     outputs, effects = walker.convert_graph(self.graph, inputs, ctx,
-                                            control_outputs=control_outputs)
+                                            control_outputs=control_outputs,
+                                            ragged_outputs=True)
     return outputs, effects[:len(self.traced.markers)]   # one emitted NoOp per marker
 
 
@@ -113,7 +115,7 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
     if not chunked:
       values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
                                                            report))
-      flat = [stack(v, n) for v in values]
+      flat = [ragged.output_tensor(v, n, stack) for v in values]
     else:
       flat, operations = _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed,
                                             report)
@@ -134,6 +136,8 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed, report):
   def step(start, *stores):
     size = tf.minimum(chunk_size, n - start)
     values, operations = body.convert(chunk_context(start, size, fallback_allowed, report))
+    for v in values:
+      ragged.refuse_in_chunks(v)
     outs = [stack(v, size) for v in values]
     with tf.control_dependencies(operations):
       return (start + chunk_size,) + tuple(

@@ -18,6 +18,7 @@ from tensorflow.python.ops import handle_data_util
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import lists
+from vectorize import ragged
 from vectorize import registry
 from vectorize.context import Report
 from vectorize.errors import ConversionError, Unvectorizable
@@ -25,7 +26,8 @@ from vectorize.op_input import OpInput
 from vectorize.values import Value, invariant
 
 
-def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
+def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
+                  ragged_outputs=False):
   """Converts `graph` for the loop of `ctx`.
 
   Args:
@@ -34,6 +36,8 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
     ctx: the Context.
     outputs: the graph tensors wanted (default `graph.outputs`).
     control_outputs: ops to run for their effects (default `graph.control_outputs`).
+    ragged_outputs: whether the caller takes ragged output Values (conditionals and loops
+      do not: a ragged output raises Unvectorizable, so the whole op falls back).
 
   Returns:
     (list of `Value`s, one per output; list of emitted ops standing for control outputs).
@@ -64,6 +68,11 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None):
       env[t.ref()] = v
     emitted[op] = [v.tensor.op for v in results if hasattr(v.tensor, "op")]
   out_values = [_lookup(env, t, None) for t in outputs]
+  if not ragged_outputs:
+    for t, v in zip(outputs, out_values):
+      if ragged.is_ragged(v):
+        raise Unvectorizable(f"{t.name} has a different size in every iteration (ragged), "
+                             "and a conditional or loop cannot carry it yet")
   effects = [d for op in control_outputs for d in emitted.get(op, ())]
   return out_values, effects
 
@@ -164,7 +173,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
       return [invariant(t) for t in constants]
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
-  converter = registry.lookup(op.type)
+  converter = ragged.converter_for(op, inputs, registry.lookup(op.type))
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
@@ -205,6 +214,9 @@ def _check_results(op, results, ctx):
           f"{t.dtype.name} became {v.tensor.dtype.name}.")
     if isinstance(v.tensor, lists.DenseList):
       _set_loop_length(v.tensor, ctx.static_n)
+      continue
+    if ragged.is_ragged(v):
+      results[k] = ragged.settle(v, t.shape, ctx)
       continue
     expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
     if not isinstance(v.tensor, tf.Tensor) or hasattr(v.tensor, "numpy"):

@@ -20,19 +20,22 @@ from tensorflow.python.framework import ops as tf_ops
 
 from vectorize import graph_io
 from vectorize import lists
+from vectorize import ragged
 from vectorize import walker
 from vectorize.errors import ConversionError
 from vectorize.registry import register
 from vectorize.values import Value, stack
 
 
+@ragged.register("PartitionedCall", "StatefulPartitionedCall")
 @register("PartitionedCall", "StatefulPartitionedCall")
 def _convert_partitioned_call(op):
   graph = graph_io.function_graph(op.op, "f")
   # The first outputs only: a gradient taken of the function elsewhere (eagerly) appends
   # its intermediates to the outputs of the same FuncGraph.
   outputs, effects = walker.convert_graph(graph, list(op.inputs), op.ctx,
-                                          outputs=graph.outputs[:len(op.op.outputs)])
+                                          outputs=graph.outputs[:len(op.op.outputs)],
+                                          ragged_outputs=True)
   if not op.op.outputs:
     return tf.group(effects) if effects else tf.no_op()
   if effects:

@@ -1,0 +1,212 @@
+"""Ragged values: per-iteration values whose first dimension differs between iterations.
+
+The outputs of `tf.range` with per-iteration bounds, one-argument `tf.where`, `tf.unique` or
+`tf.boolean_mask` have a size of their own in every iteration, so they cannot be stacked on
+a loop axis. They are held as a `RaggedRows`: the iterations' values concatenated along
+their first axis (`values`, `[sum of row lengths] + rest`) and one row length per iteration.
+Iteration j's value is `values[splits[j]:splits[j + 1]]`. The flat values have the rank of
+one iteration's value, and every per-iteration axis past the first keeps its index there,
+which is what lets most consumers work on `values` directly.
+
+Scope: only the first per-iteration axis may differ; the others (`rest`) are the same in
+every iteration. A value that differs in a later axis (an image decoded at its own height
+and width) stays with the fallback, as before. Conditionals and loops do not carry ragged
+values: an op with a ragged input and no ragged converter (an If, a While, a MatMul) falls
+back, or is a `ConversionError` naming the op when the fallback is off.
+
+A ragged value is a stacked `Value` whose tensor is a `RaggedRows`. Converters never meet
+one unawares: an op with a ragged input goes to the converter registered here for its type
+(`register`), and the walker treats every other such op as unvectorizable. Ragged results
+whose per-iteration shape the traced graph knows fully (after `tf.ensure_shape`, a reshape
+to a fixed shape) become stacked tensors again (`settle`). What stays ragged at the body's
+output comes back as a `tf.RaggedTensor`.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from vectorize import options
+from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.values import Value
+
+
+class RaggedRows(NamedTuple):
+  """Per-iteration values of different first dimensions, concatenated."""
+  values: tf.Tensor        # [sum(row_lengths)] + rest
+  row_lengths: tf.Tensor   # [n] int32
+
+  @property
+  def dtype(self):
+    return self.values.dtype
+
+  @property
+  def op(self):
+    return self.values.op
+
+  @property
+  def row_splits(self):
+    """`[n + 1]`: where each iteration's rows start in `values`, then the total."""
+    return tf.concat([tf.zeros([1], tf.int32), tf.cumsum(self.row_lengths)], 0)
+
+  @property
+  def row_starts(self):
+    """`[n]`: where each iteration's rows start in `values`."""
+    return tf.cumsum(self.row_lengths, exclusive=True)
+
+  @property
+  def row_ids(self):
+    """`[sum(row_lengths)]`: the iteration of each row of `values`."""
+    return tf.repeat(tf.range(tf.size(self.row_lengths)), self.row_lengths)
+
+  @property
+  def positions(self):
+    """`[sum(row_lengths)]`: each row's index within its iteration's value."""
+    return tf.range(tf.size(self.row_ids)) - tf.gather(self.row_starts, self.row_ids)
+
+
+def ragged(values, row_lengths):
+  """A ragged Value from flat values and one int32 row length per iteration."""
+  return Value(RaggedRows(tf.convert_to_tensor(values),
+                          tf.cast(row_lengths, tf.int32)), True)
+
+
+def is_ragged(value):
+  return isinstance(value.tensor, RaggedRows)
+
+
+def same_rows(value, rows):
+  """A ragged Value with `values` laid out like `rows` (same row lengths)."""
+  return Value(RaggedRows(values, rows.row_lengths), True)
+
+
+def first_dim_varies(shape):
+  """Whether a per-iteration static shape leaves only its first dimension unknown: the
+  outputs the fallback returns ragged."""
+  return (shape.rank is not None and shape.rank >= 1 and shape[0] is None and
+          shape[1:].is_fully_defined())
+
+
+def row(rows, i, splits=None):
+  """Iteration i's value (for the sequential fallback)."""
+  splits = rows.row_splits if splits is None else splits
+  return rows.values[splits[i]:splits[i + 1]]
+
+
+def require_dynamic_shapes(op, what):
+  """Raises ConversionError under XLA (or `static_shapes()`): `what` has per-iteration sizes,
+  which have no static shape."""
+  if options.static_shapes_wanted():
+    from vectorize import walker  # pylint: disable=import-outside-toplevel
+    raise ConversionError(
+        f"Cannot vectorize op {op.name!r} of type {op.type}{walker.user_location(op)} under "
+        f"XLA: {what} has a different size in every iteration, and XLA needs static shapes. "
+        "To fix: give the value a fixed size in the body (pad or slice it to a bound), or "
+        "run without jit_compile.")
+
+
+def settle(value, static_shape, ctx):
+  """A converter's ragged result as the walker keeps it: a stacked tensor when the traced
+  graph knows the per-iteration shape fully (row lengths checked at run time), else ragged
+  with the static shape of `rest` set."""
+  rows = value.tensor
+  if not static_shape.is_fully_defined():
+    if static_shape.rank is not None:
+      rows.values.set_shape(tf.TensorShape([None]).concatenate(static_shape[1:]))
+    return value
+  length = static_shape[0]
+  check = tf.debugging.Assert(
+      tf.reduce_all(tf.equal(rows.row_lengths, length)),
+      [f"vectorize: a value of per-iteration shape {static_shape} has other first "
+       "dimensions in some iterations:", rows.row_lengths], summarize=20)
+  n = ctx.static_n if ctx.static_n is not None else ctx.n
+  with tf.control_dependencies([check]):
+    shape = tf.concat([tf.reshape(tf.cast(n, tf.int32), [1]),
+                       tf.constant(static_shape.as_list(), tf.int32)], 0)
+    return Value(tf.reshape(rows.values, shape), True)
+
+
+def output_tensor(value, n, stack):
+  """A body output: a `tf.RaggedTensor` (int64 row splits, as `tf.ragged.stack` gives) for a
+  ragged value, else `stack(value, n)`."""
+  if not is_ragged(value):
+    return stack(value, n)
+  rows = value.tensor
+  return tf.RaggedTensor.from_row_lengths(rows.values, tf.cast(rows.row_lengths, tf.int64),
+                                          validate=False)
+
+
+def refuse_in_chunks(value):
+  """`parallel_iterations` stitches chunks of stacked outputs; a ragged one is refused."""
+  if is_ragged(value):
+    raise ConversionError(
+        "An output of the loop body has a different size in every iteration (it would be a "
+        "RaggedTensor); parallel_iterations cannot chunk such an output yet. To fix: drop "
+        "parallel_iterations, or give the output a fixed size in the body.")
+
+
+def from_ragged_tensor(rt):
+  """The RaggedRows of a `tf.RaggedTensor` of ragged rank 1 (row i: iteration i)."""
+  if rt.ragged_rank != 1:
+    raise ValueError(f"vectorize takes RaggedTensors of ragged rank 1 as elems; got ragged "
+                     f"rank {rt.ragged_rank}. To fix: pass rt.merge_dims or a dense tensor.")
+  return RaggedRows(rt.values, tf.cast(rt.row_lengths(), tf.int32))
+
+
+# ----------------------------------------------------------------------------- converters
+
+_CONVERTERS = {}
+_ELEMENTWISE = []
+
+
+def register(*op_types):
+  """Decorator registering the converter of op types for inputs of which one is ragged.
+
+  It has the registry's signature (`OpInput` -> Value or list of Values) and may return
+  ragged Values (`ragged`, `same_rows`).
+  """
+
+  def decorate(converter):
+    for op_type in op_types:
+      if op_type in _CONVERTERS:
+        raise ValueError(f"A ragged converter for {op_type!r} is already registered.")
+      _CONVERTERS[op_type] = converter
+    return converter
+
+  return decorate
+
+
+def register_elementwise(converter):
+  """The ragged converter of every op type of the elementwise family (`family.py`)."""
+  _ELEMENTWISE.append(converter)
+  return converter
+
+
+def registered_op_types():
+  """The sorted op types with a ragged converter (elementwise ones included)."""
+  from vectorize import family  # pylint: disable=import-outside-toplevel
+  extra = family.elementwise_op_types() if _ELEMENTWISE else ()
+  return sorted(set(_CONVERTERS) | set(extra))
+
+
+def converter_for(op, inputs, dense_converter):
+  """The converter the walker calls: `dense_converter` unless an input is ragged, then the
+  ragged one registered for op's type, or one raising Unvectorizable that says why."""
+  ragged_inputs = [k for k, v in enumerate(inputs) if is_ragged(v)]
+  if not ragged_inputs:
+    return dense_converter
+  converter = _CONVERTERS.get(op.type)
+  if converter is None and _ELEMENTWISE:
+    from vectorize import family  # pylint: disable=import-outside-toplevel
+    if op.type in family.elementwise_op_types():
+      converter = _ELEMENTWISE[0]
+  if converter is not None:
+    return converter
+  k = ragged_inputs[0]
+
+  def refuse(_):
+    raise Unvectorizable(
+        f"input {k} ({op.inputs[k].name}) has a different size in every iteration (ragged), "
+        f"and op type {op.type} has no converter for ragged inputs")
+
+  return refuse
