@@ -9,6 +9,8 @@ from converters import linalg
 from converters import nn
 from converters import parsing
 from converters import per_row
+from converters import ragged_consumers
+from converters import ragged_producers
 from converters import random
 from converters import reductions
 from converters import shapes

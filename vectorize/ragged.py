@@ -75,9 +75,9 @@ def is_ragged(value):
   return isinstance(value.tensor, RaggedRows)
 
 
-def same_rows(value, rows):
-  """A ragged Value with `values` laid out like `rows` (same row lengths)."""
-  return Value(RaggedRows(values, rows.row_lengths), True)
+def same_rows(flat, rows):
+  """A ragged Value of flat values `flat` laid out like `rows` (same row lengths)."""
+  return Value(RaggedRows(flat, rows.row_lengths), True)
 
 
 def first_dim_varies(shape):

@@ -1,0 +1,311 @@
+"""Converters for ops that take ragged values (per-iteration first dimensions that differ).
+
+A ragged value's flat values have the rank of one iteration's value, and every axis past
+the first keeps its index: ops acting on later axes run on the flat values as they are.
+Ops acting on the first axis use the row ids (the iteration of each flat row): reductions
+over it become segment reductions, giving stacked results, and gathers offset indices by
+each iteration's first row. Per-iteration (stacked) operands of elementwise ops are
+gathered by row id; invariant ones broadcast as they would per iteration.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from converters.ragged_producers import unique_rows
+from vectorize import ragged
+from vectorize import values
+from vectorize.errors import Unvectorizable
+from vectorize.values import invariant, stacked
+
+
+def _rank(tensor):
+  r = tensor.shape.rank
+  if r is None:
+    raise Unvectorizable(f"{tensor.name} has unknown rank")
+  return r
+
+
+def _common_rows(op):
+  """The RaggedRows of op's ragged inputs, which must agree (checked at run time when they
+  are not the same tensors), and the checks to depend on."""
+  rows = [v.tensor for v in op.inputs if ragged.is_ragged(v)]
+  checks = [tf.debugging.Assert(
+      tf.reduce_all(tf.equal(r.row_lengths, rows[0].row_lengths)),
+      [f"vectorize: {op.op.name}: operands of different sizes in the same iteration"])
+            for r in rows[1:] if r.row_lengths is not rows[0].row_lengths]
+  if any(_rank(r.values) != _rank(rows[0].values) for r in rows):
+    raise Unvectorizable("ragged operands of different ranks")
+  return rows[0], checks
+
+
+def _per_row(tensor, rows, rank):
+  """A stacked operand `[n] + s` as one row per flat row, `[total] + 1s + s`, padded to
+  broadcast against flat values of rank `rank`, as it does against each iteration's value."""
+  s = _rank(tensor) - 1
+  if s >= rank:
+    if s == rank and tensor.shape[1] == 1:
+      return _per_row(tensor[:, 0], rows, rank)
+    raise Unvectorizable("a per-iteration operand would broadcast along the ragged axis")
+  return values.expand_after_loop_axis(tf.gather(tensor, rows.row_ids), rank - 1 - s)
+
+
+def _broadcast_invariant(tensor, rank):
+  s = _rank(tensor)
+  if s > rank or (s == rank and tensor.shape[0] != 1):
+    raise Unvectorizable("a loop-invariant operand would broadcast along the ragged axis")
+  return tensor
+
+
+@ragged.register("AddN", "ClipByValue", "Equal", "Mul", "NotEqual")
+@ragged.register_elementwise
+def _convert_elementwise(op):
+  """Elementwise ops on the flat values; operands of each kind aligned row by row."""
+  rows, checks = _common_rows(op)
+  rank = _rank(rows.values)
+  args = []
+  for v in op.inputs:
+    if ragged.is_ragged(v):
+      args.append(v.tensor.values)
+    elif v.stacked:
+      args.append(_per_row(v.tensor, rows, rank))
+    else:
+      args.append(_broadcast_invariant(v.tensor, rank))
+  with tf.control_dependencies(checks):
+    return [ragged.same_rows(t, rows) for t in op.rebuild(args)]
+
+
+@ragged.register("CheckNumerics", "CheckNumericsV2", "Identity", "PreventGradient",
+                 "Snapshot", "StopGradient", "EnsureShape")
+def _convert_identity(op):
+  """Passes the flat values through the op (EnsureShape: the walker checks the sizes)."""
+  rows = op.value(0).tensor
+  if op.type == "EnsureShape":
+    return ragged.same_rows(rows.values, rows)
+  return ragged.same_rows(op.rebuild([rows.values])[0], rows)
+
+
+@ragged.register("ZerosLike", "OnesLike")
+def _convert_like(op):
+  rows = op.value(0).tensor
+  return ragged.same_rows(op.rebuild([rows.values])[0], rows)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+def _segment_reduce(op_type, x, ids, n):
+  """x `[total] + rest` reduced over the rows of each iteration: `[n] + rest`; empty
+  iterations give what the reduction of nothing gives."""
+  if op_type in ("Sum", "Mean"):
+    return tf.math.unsorted_segment_sum(x, ids, n)
+  if op_type == "Prod":
+    return tf.math.unsorted_segment_prod(x, ids, n)
+  if op_type == "Max":
+    return tf.math.unsorted_segment_max(x, ids, n)
+  if op_type == "Min":
+    return tf.math.unsorted_segment_min(x, ids, n)
+  if op_type == "Any":
+    return tf.math.unsorted_segment_sum(tf.cast(x, tf.int32), ids, n) > 0
+  return tf.math.unsorted_segment_sum(tf.cast(tf.logical_not(x), tf.int32), ids, n) == 0
+
+
+@ragged.register("All", "Any", "Max", "Mean", "Min", "Prod", "Sum")
+def _convert_reduction(op):
+  """Over later axes only: the flat values reduce as they are (still ragged). Over the
+  first axis: a segment reduction by iteration, then the other axes: stacked."""
+  rows = op.value(0).tensor
+  rank = _rank(rows.values)
+  axes = op.static_value(1)
+  axes = sorted({int(a) % rank for a in np.reshape(axes, [-1])}) if rank else []
+  keep_dims = op.attr("keep_dims")
+  if 0 not in axes:
+    return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
+  n = op.ctx.n
+  out = _segment_reduce(op.type, rows.values, rows.row_ids, n)      # [n] + rest
+  others = [a for a in axes if a != 0]
+  if others:
+    out = op.rebuild([out, tf.constant(others, tf.int32)], {"Tidx": tf.int32},
+                     op_type="Sum" if op.type == "Mean" else op.type)[0]
+  if op.type == "Mean":
+    out = _mean(out, rows.row_lengths * values.product(
+        [values.dynamic_shape(rows.values)[a] for a in others]))
+  if keep_dims:
+    out = tf.expand_dims(out, 1)
+  return stacked(out)
+
+
+def _mean(sums, count):
+  """Sums `[n] + rest` divided by their per-iteration count (a float divide by zero gives
+  NaN, as the mean of nothing does)."""
+  count = tf.reshape(tf.cast(count, sums.dtype),
+                     tf.concat([tf.shape(count), tf.ones([tf.rank(sums) - 1], tf.int32)], 0))
+  if sums.dtype.is_integer:
+    return tf.math.truncatediv(sums, tf.maximum(count, 1))
+  return sums / count
+
+
+# ----------------------------------------------------------------------------- shapes
+
+@ragged.register("Shape")
+def _convert_shape(op):
+  """`[n, rank]`: each iteration's row length, then the shared rest of the shape."""
+  rows = op.value(0).tensor
+  out_type = op.attr("out_type")
+  rest = tf.shape(rows.values, out_type=out_type)[1:]
+  n = tf.size(rows.row_lengths)
+  return stacked(tf.concat([tf.cast(rows.row_lengths, out_type)[:, None],
+                            tf.tile(rest[None], tf.stack([n, 1]))], 1))
+
+
+@ragged.register("Size")
+def _convert_size(op):
+  rows = op.value(0).tensor
+  out_type = op.attr("out_type")
+  rest = tf.reduce_prod(tf.shape(rows.values, out_type=out_type)[1:])
+  return stacked(tf.cast(rows.row_lengths, out_type) * rest)
+
+
+@ragged.register("Rank")
+def _convert_rank(op):
+  return invariant(tf.rank(op.value(0).tensor.values))
+
+
+@ragged.register("Squeeze")
+def _convert_squeeze(op):
+  """Later axes: on the flat values. The first axis: every iteration must have one row,
+  and the flat values are then the stacked result."""
+  rows = op.value(0).tensor
+  rank = _rank(rows.values)
+  dims = sorted({d % rank for d in op.attr("squeeze_dims")})
+  if not dims:
+    raise Unvectorizable("squeeze with no axes of a value of per-iteration size")
+  later = [d for d in dims if d != 0]
+  flat = tf.squeeze(rows.values, later) if later else rows.values
+  if 0 not in dims:
+    return ragged.same_rows(flat, rows)
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(rows.row_lengths, 1)), [
+      f"vectorize: {op.op.name}: squeezing axis 0, whose size is not 1 in every iteration:",
+      rows.row_lengths])
+  with tf.control_dependencies([check]):
+    return stacked(tf.identity(flat))      # one row per iteration: [n] + rest
+
+
+@ragged.register("ExpandDims")
+def _convert_expand_dims(op):
+  """A new axis after the first: on the flat values."""
+  rows = op.value(0).tensor
+  axis = int(op.static_value(1))
+  axis = axis % (_rank(rows.values) + 1)
+  if axis == 0:
+    raise Unvectorizable("a new first axis would move the ragged axis")
+  return ragged.same_rows(tf.expand_dims(rows.values, axis), rows)
+
+
+@ragged.register("Reshape")
+def _convert_reshape(op):
+  """To a shape the graph knows: stacked (sizes checked); to `[-1] + known`: ragged, each
+  iteration's rows rescaled."""
+  rows = op.value(0).tensor
+  if op.is_stacked(1):
+    raise Unvectorizable("a per-iteration target shape")
+  out = op.output_shape(0)
+  if out.rank is None or not out[1:].is_fully_defined():
+    raise Unvectorizable("a target shape unknown past its first axis")
+  in_rest = tf.reduce_prod(tf.shape(rows.values)[1:])
+  out_rest = int(np.prod(out[1:].as_list()))
+  sizes = rows.row_lengths * in_rest
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(sizes % out_rest, 0)), [
+      f"vectorize: {op.op.name}: a per-iteration size does not fit the target shape {out}:",
+      sizes])
+  with tf.control_dependencies([check]):
+    flat = tf.reshape(rows.values, tf.concat([[tf.size(rows.values) // max(out_rest, 1)],
+                                              out[1:].as_list()], 0))
+    return ragged.ragged(flat, sizes // max(out_rest, 1))
+
+
+# ----------------------------------------------------------------------------- gathers
+
+def _index_check(op, index, limit):
+  return tf.debugging.Assert(
+      tf.reduce_all(tf.logical_and(index >= 0, index < limit)),
+      [f"vectorize: {op.op.name}: a gather index out of range in some iteration"])
+
+
+@ragged.register("GatherV2")
+def _convert_gather(op):
+  """Along axis 0 (batch_dims 0): a ragged params' indices are offset by its iteration's
+  first row; ragged indices into stacked params by the iteration's first params row. A
+  later axis of ragged params with invariant indices: on the flat values."""
+  params, indices = op.value(0), op.value(1)
+  axis = int(op.static_value(2))
+  if op.attr("batch_dims") != 0:
+    raise Unvectorizable("gather with batch_dims of a value of per-iteration size")
+  if ragged.is_ragged(params):
+    rows = params.tensor
+    axis = axis % _rank(rows.values)
+    if axis:
+      if indices.stacked:
+        raise Unvectorizable("per-iteration indices along a later axis of a ragged value")
+      return ragged.same_rows(tf.gather(rows.values, indices.tensor, axis=axis), rows)
+    return _gather_rows(op, rows, indices)
+  if axis != 0 and axis != -_rank(op.op.inputs[0]):
+    raise Unvectorizable("ragged indices along a later axis")
+  index_rows = indices.tensor
+  index = index_rows.values
+  if not params.stacked:
+    m = tf.shape(params.tensor, out_type=index.dtype)[0]
+    with tf.control_dependencies([_index_check(op, index, m)]):
+      return ragged.same_rows(tf.gather(params.tensor, index), index_rows)
+  m = tf.shape(params.tensor, out_type=index.dtype)[1]
+  offsets = tf.cast(index_rows.row_ids, index.dtype) * m
+  flat_params = values.merge_leading(params.tensor)
+  with tf.control_dependencies([_index_check(op, index, m)]):
+    offsets = values.expand_after_loop_axis(offsets, _rank(index) - 1)
+    return ragged.same_rows(tf.gather(flat_params, index + offsets), index_rows)
+
+
+def _gather_rows(op, rows, indices):
+  """Rows of each iteration's value of ragged `rows`, at per-iteration or ragged indices."""
+  starts = rows.row_starts
+  if ragged.is_ragged(indices):
+    index_rows = indices.tensor
+    index = index_rows.values
+    ids = index_rows.row_ids
+    rank = _rank(index)
+    limit = values.expand_after_loop_axis(tf.cast(tf.gather(rows.row_lengths, ids),
+                                                  index.dtype), rank - 1)
+    offset = values.expand_after_loop_axis(tf.cast(tf.gather(starts, ids), index.dtype),
+                                           rank - 1)
+    with tf.control_dependencies([_index_check(op, index, limit)]):
+      return ragged.same_rows(tf.gather(rows.values, index + offset), index_rows)
+  index = values.stack(indices, op.ctx.n)                        # [n] + s
+  rank = _rank(index) - 1
+  limit = values.expand_after_loop_axis(tf.cast(rows.row_lengths, index.dtype), rank)
+  offset = values.expand_after_loop_axis(tf.cast(starts, index.dtype), rank)
+  with tf.control_dependencies([_index_check(op, index, limit)]):
+    return stacked(tf.gather(rows.values, index + offset))
+
+
+# ----------------------------------------------------------------------------- producers
+
+@ragged.register("Where")
+def _convert_where(op):
+  """Coordinates in the flat values, the first one made local to its iteration."""
+  ragged.require_dynamic_shapes(op.op, "one-argument tf.where")
+  rows = op.value(0).tensor
+  coordinates = tf.where(rows.values)
+  flat_rows = tf.cast(coordinates[:, 0], tf.int32)
+  ids = tf.gather(rows.row_ids, flat_rows)
+  local = tf.cast(tf.gather(rows.positions, flat_rows), tf.int64)[:, None]
+  lengths = tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, op.ctx.n)
+  return ragged.ragged(tf.concat([local, coordinates[:, 1:]], 1), lengths)
+
+
+@ragged.register("Unique", "UniqueWithCounts")
+def _convert_unique(op):
+  rows = op.value(0).tensor
+  unique_values, lengths, index, counts = unique_rows(rows.values, rows.row_ids, op.ctx.n,
+                                                      op.attr("out_idx"))
+  results = [ragged.ragged(unique_values, lengths), ragged.same_rows(index, rows)]
+  if op.type == "UniqueWithCounts":
+    results.append(ragged.ragged(counts, lengths))
+  return results

@@ -1,0 +1,88 @@
+"""Ops whose per-iteration output size depends on the data: they make ragged values.
+
+Each runs once on all iterations and returns flat values plus one row length per iteration
+(`vectorize.ragged`). The trick is that the one-shot kernels already order their output
+iteration by iteration: `tf.where` of the stacked input lists coordinates in row-major order
+(loop index first), and `tf.unique` of (iteration, value) keys keeps first appearances in
+order. Under XLA they are a `ConversionError`: the sizes are not static.
+"""
+
+import tensorflow as tf
+
+from vectorize import ragged
+from vectorize import values
+from vectorize.registry import register
+from vectorize.values import stacked
+
+
+def _segment_counts(ids, n):
+  """`[n]` int32: how many of `ids` name each iteration."""
+  return tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.int32), ids, n)
+
+
+@register("Range")
+def _convert_range(op):
+  """Per-iteration bounds: lengths as TF's kernel counts them (its argument checks kept),
+  then `start + position * delta` for every row at once."""
+  ragged.require_dynamic_shapes(op.op, "tf.range with bounds that differ per iteration")
+  start, limit, delta = (op.stacked(k) for k in range(3))
+  valid = tf.logical_and(tf.not_equal(delta, 0), tf.where(delta > 0, start <= limit,
+                                                          start >= limit))
+  check = tf.debugging.Assert(tf.reduce_all(valid), [
+      f"vectorize: {op.op.name}: tf.range needs delta != 0, start <= limit when delta > 0 "
+      "and start >= limit when delta < 0; start, limit, delta per iteration:",
+      start, limit, delta])
+  if start.dtype.is_integer:
+    span = tf.abs(limit - start)
+    lengths = (span + tf.abs(delta) - 1) // tf.abs(delta)
+  else:
+    lengths = tf.math.ceil(tf.abs((limit - start) / delta))
+  with tf.control_dependencies([check]):
+    rows = ragged.RaggedRows(tf.zeros([0], start.dtype), tf.cast(lengths, tf.int32))
+    ids = rows.row_ids
+    positions = tf.cast(rows.positions, start.dtype)
+    flat = tf.gather(start, ids) + positions * tf.gather(delta, ids)
+  return ragged.ragged(flat, rows.row_lengths)
+
+
+@register("Where")
+def _convert_where(op):
+  """One argument: the coordinates of the stacked input's true (non-zero) entries, loop
+  index first, are row-major; the loop index gives the row lengths."""
+  ragged.require_dynamic_shapes(op.op, "one-argument tf.where")
+  coordinates = tf.where(op.stacked(0))                   # [total, 1 + rank]
+  ids = tf.cast(coordinates[:, 0], tf.int32)
+  return ragged.ragged(coordinates[:, 1:], _segment_counts(ids, op.ctx.n))
+
+
+def unique_rows(flat, ids, n, out_idx):
+  """Per iteration, `tf.unique` of its entries of `flat` (1-D, `ids` naming the iteration).
+
+  Returns the flat unique values, their row lengths, each entry's index into its own
+  iteration's unique values, and each unique value's count.
+  """
+  distinct, first = tf.unique(flat, out_idx=tf.int64)
+  num = tf.maximum(tf.size(distinct, out_type=tf.int64), 1)
+  keys, position = tf.unique(tf.cast(ids, tf.int64) * num + first, out_idx=tf.int32)
+  unique_values = tf.gather(distinct, keys % num)
+  lengths = _segment_counts(tf.cast(keys // num, tf.int32), n)
+  index = position - tf.gather(tf.cumsum(lengths, exclusive=True), ids)
+  counts = tf.math.unsorted_segment_sum(tf.ones_like(position), position, tf.size(keys))
+  return unique_values, lengths, tf.cast(index, out_idx), tf.cast(counts, out_idx)
+
+
+@register("Unique", "UniqueWithCounts")
+def _convert_unique(op):
+  """All iterations' entries at once, keyed by (iteration, value): unique values ragged, the
+  index stacked, the counts ragged like the values."""
+  ragged.require_dynamic_shapes(op.op, f"{op.type}'s output")
+  x = op.stacked(0)                                       # [n, m]
+  n = values.loop_length(op.ctx)
+  m = values.dynamic_shape(x)[1]
+  ids = tf.repeat(tf.range(op.ctx.n), m)
+  unique_values, lengths, index, counts = unique_rows(
+      values.reshape(x, [n * m]), ids, op.ctx.n, op.attr("out_idx"))
+  results = [ragged.ragged(unique_values, lengths), stacked(values.reshape(index, [n, m]))]
+  if op.type == "UniqueWithCounts":
+    results.append(ragged.ragged(counts, lengths))
+  return results
