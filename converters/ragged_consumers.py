@@ -99,10 +99,16 @@ def _segment_reduce(op_type, x, ids, n):
     return tf.math.unsorted_segment_sum(x, ids, n)
   if op_type == "Prod":
     return tf.math.unsorted_segment_prod(x, ids, n)
-  if op_type == "Max":
-    return tf.math.unsorted_segment_max(x, ids, n)
-  if op_type == "Min":
-    return tf.math.unsorted_segment_min(x, ids, n)
+  if op_type in ("Max", "Min"):
+    segment = tf.math.unsorted_segment_max if op_type == "Max" else \
+        tf.math.unsorted_segment_min
+    out = segment(x, ids, n)
+    if not x.dtype.is_floating:
+      return out
+    empty = tf.reshape(tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, n) == 0,
+                       tf.concat([[n], tf.ones([tf.rank(x) - 1], tf.int32)], 0))
+    infinity = tf.constant(-np.inf if op_type == "Max" else np.inf, x.dtype)
+    return tf.where(empty, infinity, out)       # the segment kernels give the finite limit
   if op_type == "Any":
     return tf.math.unsorted_segment_sum(tf.cast(x, tf.int32), ids, n) > 0
   return tf.math.unsorted_segment_sum(tf.cast(tf.logical_not(x), tf.int32), ids, n) == 0
@@ -139,7 +145,7 @@ def _mean(sums, count):
   count = tf.reshape(tf.cast(count, sums.dtype),
                      tf.concat([tf.shape(count), tf.ones([tf.rank(sums) - 1], tf.int32)], 0))
   if sums.dtype.is_integer:
-    return tf.math.truncatediv(sums, tf.maximum(count, 1))
+    return tf.truncatediv(sums, tf.maximum(count, 1))
   return sums / count
 
 
@@ -217,9 +223,66 @@ def _convert_reshape(op):
       f"vectorize: {op.op.name}: a per-iteration size does not fit the target shape {out}:",
       sizes])
   with tf.control_dependencies([check]):
-    flat = tf.reshape(rows.values, tf.concat([[tf.size(rows.values) // max(out_rest, 1)],
-                                              out[1:].as_list()], 0))
+    flat = values.reshape(rows.values,
+                          [tf.size(rows.values) // max(out_rest, 1)] + out[1:].as_list())
     return ragged.ragged(flat, sizes // max(out_rest, 1))
+
+
+# ----------------------------------------------------------------------------- slicing
+
+@ragged.register("StridedSlice")
+def _convert_strided_slice(op):
+  """The first axis as Python slices it, per iteration (its own length): an index picks
+  one row per iteration (stacked), a slice keeps rows at computed positions (ragged). The
+  spec of the later axes then applies to the flat values as it is."""
+  rows = op.value(0).tensor
+  begin, end, strides = (op.static_value(k) for k in (1, 2, 3))
+  masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
+                                            "new_axis_mask", "shrink_axis_mask")}
+  if masks["ellipsis_mask"] & 1 or masks["new_axis_mask"] & 1:
+    raise Unvectorizable("a strided slice of a ragged value starting with ... or newaxis")
+  lengths = rows.row_lengths
+  if masks["shrink_axis_mask"] & 1:
+    index = tf.where(begin[0] < 0, lengths + int(begin[0]), int(begin[0]))
+    with tf.control_dependencies([_index_check(op, index, lengths)]):
+      picked = tf.gather(rows.values, rows.row_starts + index)        # [n] + rest
+    return stacked(_slice_later_axes(op, picked, begin, end, strides, masks))
+  first, count = _slice_bounds(lengths, begin[0], end[0], strides[0], masks)
+  sliced = ragged.RaggedRows(rows.values, count)
+  flat_positions = tf.gather(rows.row_starts + first, sliced.row_ids) + \
+      sliced.positions * int(strides[0])
+  picked = tf.gather(rows.values, flat_positions)
+  return ragged.ragged(_slice_later_axes(op, picked, begin, end, strides, masks), count)
+
+
+def _slice_bounds(lengths, begin, end, stride, masks):
+  """Per iteration, the first position and the count of `x[begin:end:stride]` on a first
+  axis of `lengths`, as Python clamps them."""
+  if stride == 0:
+    raise Unvectorizable("a strided slice with stride 0")
+  low, high = (0, lengths) if stride > 0 else (-1, lengths - 1)
+
+  def clamp(bound, masked, default):
+    if masked:
+      return default
+    bound = tf.where(bound < 0, lengths + int(bound), tf.fill(tf.shape(lengths), int(bound)))
+    return tf.clip_by_value(bound, low, high)
+
+  first = clamp(begin, masks["begin_mask"] & 1, low if stride > 0 else high)
+  last = clamp(end, masks["end_mask"] & 1, high if stride > 0 else low)
+  span = last - first if stride > 0 else first - last
+  count = tf.maximum((span + abs(int(stride)) - 1) // abs(int(stride)), 0)
+  return first, count
+
+
+def _slice_later_axes(op, x, begin, end, strides, masks):
+  """op's slice spec on `x` with its first entry made a full slice."""
+  if len(begin) == 1 and not masks["ellipsis_mask"]:
+    return x
+  full = lambda v, fill: tf.constant([fill] + list(v[1:]), op.op.inputs[1].dtype)
+  attrs = dict(masks, begin_mask=masks["begin_mask"] | 1, end_mask=masks["end_mask"] | 1,
+               shrink_axis_mask=masks["shrink_axis_mask"] & ~1)
+  return op.rebuild([x, full(begin, 0), full(end, 0), full(strides, 1)], attrs)[0]
 
 
 # ----------------------------------------------------------------------------- gathers

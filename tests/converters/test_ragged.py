@@ -1,0 +1,170 @@
+"""Ragged producers and consumers against the loop, with the fallback off.
+
+Each body makes or consumes values whose size differs per iteration. A ragged output must
+equal `tf.ragged.stack` of the loop; a dense one `tf.stack`. Every body runs eagerly, in a
+tf.function, with n known only at run time, and with n = 0.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+
+N = 5
+LIMS = tf.constant([3, 0, 5, 2, 1])
+STARTS = tf.constant([1, -2, 0, 4, 2])
+FOURS = tf.constant([4, 4, 4, 4, 4])
+X = tf.constant([[1., -2., 3., 0.5], [-1., -1., -1., -1.], [4., 5., -6., 2.],
+                 [0., 2., 1., -3.], [7., -7., 0., 0.]])
+M = tf.reshape(tf.range(60, dtype=tf.float32) % 7 - 3., [N, 4, 3])
+XI = tf.constant([[1, 2, 1, 3], [4, 4, 4, 4], [1, 2, 3, 4], [0, 0, 1, 0], [5, 1, 5, 1]])
+TABLE = tf.constant([10., 20., 30., 40., 50., 60.])
+W = tf.constant(0.5)
+
+
+def _positive(i):
+  return tf.boolean_mask(X[i], X[i] > 0)
+
+
+def _rows(i):
+  return tf.boolean_mask(M[i], M[i][:, 0] > -1)
+
+
+BODIES = {
+    "range": lambda i: tf.range(LIMS[i]),
+    "range_sum": lambda i: tf.reduce_sum(tf.range(LIMS[i])),
+    "range_start_limit_delta": lambda i: tf.range(STARTS[i], STARTS[i] + LIMS[i] * 2, 3),
+    "range_negative_delta": lambda i: tf.range(LIMS[i], -1, -2),
+    "range_float": lambda i: tf.range(0., tf.cast(LIMS[i], tf.float32), 0.75),
+    "range_int64": lambda i: tf.range(tf.cast(LIMS[i], tf.int64)),
+    "boolean_mask": _positive,
+    "boolean_mask_sum": lambda i: tf.reduce_sum(_positive(i)),
+    "boolean_mask_rows": _rows,
+    "mean_over_rows": lambda i: tf.reduce_mean(_rows(i), axis=0),
+    "sum_keepdims": lambda i: tf.reduce_sum(_rows(i), axis=[0, 1], keepdims=True),
+    "sum_later_axis": lambda i: tf.reduce_sum(_rows(i), axis=1),
+    "max": lambda i: tf.reduce_max(tf.range(LIMS[i])),
+    "min": lambda i: tf.reduce_min(_positive(i)),
+    "prod": lambda i: tf.reduce_prod(tf.range(1, LIMS[i] + 1)),
+    "any": lambda i: tf.reduce_any(tf.range(LIMS[i]) > 2),
+    "all": lambda i: tf.reduce_all(tf.range(LIMS[i]) < 3),
+    "mean_int": lambda i: tf.reduce_mean(tf.range(LIMS[i] + 1)),
+    "elementwise_per_iteration": lambda i: _positive(i) * X[i, 0] + W,
+    "elementwise_ragged_ragged": lambda i: tf.cast(tf.range(LIMS[i]) ** 2, tf.float32) -
+                                           tf.cast(tf.range(LIMS[i]), tf.float32),
+    "elementwise_rows_broadcast": lambda i: _rows(i) * tf.constant([1., 2., 3.]) + X[i, :1],
+    "unique": lambda i: tf.unique(XI[i]),
+    "unique_with_counts": lambda i: tf.unique_with_counts(XI[i]),
+    "unique_of_ragged": lambda i: tf.unique(tf.boolean_mask(XI[i], XI[i] > 0)),
+    "unique_sum": lambda i: tf.reduce_sum(tf.unique(XI[i]).y),
+    "where": lambda i: tf.where(M[i] > 0),
+    "where_of_ragged": lambda i: tf.where(tf.range(LIMS[i]) % 2 == 0),
+    "shape": lambda i: tf.shape(_rows(i)),
+    "size": lambda i: tf.size(_rows(i)),
+    "gather_from_ragged": lambda i: tf.gather(tf.range(LIMS[i] + 1) * 10, LIMS[i] // 2),
+    "gather_ragged_indices": lambda i: tf.gather(TABLE, tf.range(LIMS[i])),
+    "gather_ragged_indices_stacked_params": lambda i: tf.gather(
+        X[i], tf.range(tf.minimum(LIMS[i], 4))),
+    "gather_ragged_at_ragged": lambda i: tf.gather(tf.range(LIMS[i]) * 3,
+                                                   tf.range(LIMS[i])[::-1][::-1]),
+    "ensure_shape_densifies": lambda i: tf.ensure_shape(tf.range(FOURS[i]) * 2, [4]),
+    "reshape_densifies": lambda i: tf.reshape(tf.range(FOURS[i]), [2, 2]),
+    "reshape_flattens": lambda i: tf.reshape(_rows(i), [-1]),
+    "slice_reversed": lambda i: tf.range(LIMS[i])[::-1],
+    "slice_head": lambda i: tf.range(LIMS[i])[:2],
+    "slice_tail_step": lambda i: tf.range(LIMS[i] * 2)[-5::2],
+    "slice_index": lambda i: tf.range(LIMS[i] + 1)[-1],
+    "slice_rows_column": lambda i: _rows(i)[1:, 2],
+    "slice_last_coordinates": lambda i: tf.where(X[i] > 0)[-1:],
+    "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
+    "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
+}
+
+
+def _reference(body, n):
+  """Per output: the stacked numpy value, or the list of the iterations' values where the
+  traced body leaves the size unknown (the loop's tf.ragged.stack)."""
+  outs = [tf.nest.flatten(body(tf.constant(i))) for i in range(n)]
+  traced = tf.nest.flatten(tf.function(body).get_concrete_function(
+      tf.TensorSpec([], tf.int32)).structured_outputs)
+  expected = []
+  for k, spec in enumerate(traced):
+    items = [o[k].numpy() for o in outs]
+    if not spec.shape.is_fully_defined():
+      expected.append(items)
+    elif n:
+      expected.append(np.stack(items))
+    else:
+      expected.append(np.zeros([0] + spec.shape.as_list(), spec.dtype.as_numpy_dtype))
+  return expected
+
+
+def _run(body, n, mode):
+  pfor = lambda m: vectorize.pfor(body, m, fallback_to_while_loop=False)
+  if mode == "eager":
+    return pfor(n)
+  if mode == "function":
+    return tf.function(lambda: pfor(n))()
+  return tf.function(pfor, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
+
+
+def _assert_same(a, e):
+  a = np.asarray(a)
+  assert a.shape == e.shape and a.dtype == e.dtype, (a.shape, e.shape, a.dtype, e.dtype)
+  if a.dtype.kind in "fc":
+    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
+  else:
+    np.testing.assert_array_equal(a, e)
+
+
+def assert_equal_to_loop(actual, expected):
+  """Dense outputs equal the stacked loop; ragged ones (as tf.ragged.stack gives: ragged
+  rank 1, int64 splits) equal each iteration's value."""
+  actual = tf.nest.flatten(actual)
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    if isinstance(e, list):
+      assert isinstance(a, tf.RaggedTensor), f"a dense result where the loop is ragged: {a}"
+      assert a.ragged_rank == 1 and a.row_splits.dtype == tf.int64
+      assert int(a.nrows()) == len(e)
+      for j, item in enumerate(e):
+        _assert_same(a[j], item)
+    else:
+      assert not isinstance(a, tf.RaggedTensor), "a ragged result where the loop is dense"
+      _assert_same(a, e)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_ragged_body_equals_loop(name, n, mode):
+  body = BODIES[name]
+  assert_equal_to_loop(_run(body, n, mode), _reference(body, n))
+
+
+@pytest.mark.parametrize("name", ["range_sum", "boolean_mask_sum", "unique_sum"])
+def test_ragged_under_xla_is_a_clear_error(name):
+  fn = tf.function(lambda: vectorize.pfor(BODIES[name], N, fallback_to_while_loop=False),
+                   jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="XLA needs static shapes"):
+    fn()
+
+
+def test_gather_out_of_row_is_an_error():
+  body = lambda i: tf.gather(tf.range(LIMS[i] + 1), 2)   # iteration 1 has one element
+  with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):
+    vectorize.pfor(body, N, fallback_to_while_loop=False)
+
+
+def test_range_with_wrong_direction_is_an_error():
+  body = lambda i: tf.range(LIMS[i], 0, 1)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="start <= limit"):
+    vectorize.pfor(body, N, fallback_to_while_loop=False)
+
+
+def test_boolean_mask_has_no_loop_left():
+  fn = tf.function(lambda: vectorize.pfor(BODIES["boolean_mask_sum"], N,
+                                          fallback_to_while_loop=False))
+  graph = fn.get_concrete_function().graph
+  assert "While" not in {op.type for op in graph.get_operations()}
