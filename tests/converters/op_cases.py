@@ -92,7 +92,7 @@ def nonzero_ints(rng, shape, dtype):
 
 FAMILIES = ("elementwise", "reductions", "shapes", "slicing", "linalg", "nn", "random",
             "state", "tensor_lists", "calls", "control_flow", "strings", "parsing", "image",
-            "spectral", "arrays", "per_row")
+            "spectral", "arrays", "per_row", "ragged")
 
 
 def _family_modules():
