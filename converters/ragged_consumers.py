@@ -239,8 +239,12 @@ def _convert_strided_slice(op):
   begin, end, strides = (op.static_value(k) for k in (1, 2, 3))
   masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
                                             "new_axis_mask", "shrink_axis_mask")}
+  if not np.size(begin) or (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
+                            np.size(begin) <= _rank(rows.values)):
+    return ragged.same_rows(op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
+                            rows)                    # the first axis is left whole
   if masks["ellipsis_mask"] & 1 or masks["new_axis_mask"] & 1:
-    raise Unvectorizable("a strided slice of a ragged value starting with ... or newaxis")
+    raise Unvectorizable("a strided slice of a ragged value starting with newaxis")
   lengths = rows.row_lengths
   if masks["shrink_axis_mask"] & 1:
     index = tf.where(begin[0] < 0, lengths + int(begin[0]), int(begin[0]))
@@ -283,6 +287,86 @@ def _slice_later_axes(op, x, begin, end, strides, masks):
   attrs = dict(masks, begin_mask=masks["begin_mask"] | 1, end_mask=masks["end_mask"] | 1,
                shrink_axis_mask=masks["shrink_axis_mask"] & ~1)
   return op.rebuild([x, full(begin, 0), full(end, 0), full(strides, 1)], attrs)[0]
+
+
+# ----------------------------------------------------------------------------- joining
+
+def _gather_or_fill(flat, index, valid, fill):
+  """`flat[index]` where `valid`, else `fill` (one row appended, so an empty `flat` works)."""
+  fill_row = tf.broadcast_to(tf.cast(fill, flat.dtype),
+                             tf.concat([[1], tf.shape(flat)[1:]], 0))
+  extended = tf.concat([flat, fill_row], 0)
+  return tf.gather(extended, tf.where(valid, index, tf.shape(flat)[0]))
+
+
+@ragged.register("Pad", "PadV2")
+def _convert_pad(op):
+  """First axis: each output row reads its source row or the constant; later axes (the
+  same paddings in every iteration): on the flat values."""
+  rows = op.value(0).tensor
+  rank = _rank(rows.values)
+  constant = op.invariant(2) if op.type == "PadV2" else tf.zeros([], rows.dtype)
+  paddings = tf.cast(op.value(1).tensor, tf.int32)
+  flat = rows.values
+  if op.is_stacked(1):
+    if rank > 1:
+      raise Unvectorizable("per-iteration paddings of later axes of a ragged value")
+    before, after = paddings[:, 0, 0], paddings[:, 0, 1]
+  else:
+    ones = tf.ones_like(rows.row_lengths)
+    before, after = ones * paddings[0, 0], ones * paddings[0, 1]
+    if rank > 1:
+      flat = tf.pad(flat, tf.concat([tf.zeros([1, 2], tf.int32), paddings[1:]], 0),
+                    constant_values=constant)
+  out = ragged.RaggedRows(flat, rows.row_lengths + before + after)
+  ids = out.row_ids
+  source = out.positions - tf.gather(before, ids)
+  valid = tf.logical_and(source >= 0, source < tf.gather(rows.row_lengths, ids))
+  index = tf.gather(rows.row_starts, ids) + source
+  return ragged.ragged(_gather_or_fill(flat, index, valid, constant), out.row_lengths)
+
+
+@ragged.register("ConcatV2")
+def _convert_concat(op):
+  """Along the first axis: each output row finds its piece (by the iteration's running
+  lengths) and reads that piece's row. Along a later axis: ragged pieces alike, on the
+  flat values."""
+  num = op.num_inputs - 1
+  pieces = op.inputs[:num]
+  rank = _rank(op.op.inputs[0])
+  axis = int(op.static_value(num)) % rank
+  if axis:
+    if not all(ragged.is_ragged(v) for v in pieces):
+      raise Unvectorizable("a later-axis concat of ragged and per-iteration pieces")
+    rows, checks = _common_rows(op)
+    with tf.control_dependencies(checks):
+      return ragged.same_rows(tf.concat([v.tensor.values for v in pieces], axis), rows)
+  n = op.ctx.n
+  sources, lengths, starts = [], [], []
+  offset = 0
+  for v in pieces:                    # each piece flat, its rows per iteration and starts
+    t = v.tensor
+    if ragged.is_ragged(v):
+      flat, length, start = t.values, t.row_lengths, t.row_starts
+    elif v.stacked:
+      k = tf.shape(t)[1]
+      flat, length, start = values.merge_leading(t), tf.fill([n], k), tf.range(n) * k
+    else:
+      flat, length, start = t, tf.fill([n], tf.shape(t)[0]), tf.zeros([n], tf.int32)
+    sources.append(flat)
+    lengths.append(length)
+    starts.append(start + offset)
+    offset = offset + tf.shape(flat)[0]
+  out = ragged.RaggedRows(sources[0], tf.add_n(lengths))
+  ids, position = out.row_ids, out.positions
+  index = tf.zeros_like(ids)
+  begin = tf.zeros_like(ids)
+  for length, start in zip(lengths, starts):
+    end = begin + tf.gather(length, ids)
+    inside = tf.logical_and(position >= begin, position < end)
+    index = tf.where(inside, tf.gather(start, ids) + position - begin, index)
+    begin = end
+  return ragged.ragged(tf.gather(tf.concat(sources, 0), index), out.row_lengths)
 
 
 # ----------------------------------------------------------------------------- gathers

@@ -37,7 +37,8 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
       default (TensorFlow's pfor defaults to False): a fallback is slow, and says so.
 
   Returns:
-    loop_fn's output structure, each tensor with a new leading axis of size `iters`; None
+    loop_fn's output structure, each tensor with a new leading axis of size `iters` (a
+    `tf.RaggedTensor` where its size differs per iteration, as `tf.ragged.stack` gives); None
     where loop_fn returned None; where it returned an Operation, an Operation running the
     vectorized one in graph mode, None in eager mode (it has run).
 
@@ -71,7 +72,8 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
   Args:
     fn: takes one element (elems' structure, the leading axis removed).
     elems: a nested structure of tensors whose leading dimensions are a common size n or 1
-      (a leading dimension of 1 is broadcast to every iteration, as TensorFlow's does).
+      (a leading dimension of 1 is broadcast to every iteration, as TensorFlow's does);
+      `tf.RaggedTensor`s of ragged rank 1 too (fn sees each row as a tensor).
     fallback_to_while_loop: as in `pfor`.
     warn: as in `pfor` (on by default).
 
@@ -189,7 +191,7 @@ def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True):
 
 
 def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
-  elems = tf.nest.map_structure(tf.convert_to_tensor, elems)
+  elems = tf.nest.map_structure(_as_tensor, elems)
   flat = tf.nest.flatten(elems)
   if not flat:
     raise ValueError("vectorized_map needs at least one tensor in elems.")
@@ -208,6 +210,18 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
   return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn)
 
 
+def _as_tensor(x):
+  """A tensor, or a `tf.RaggedTensor` of ragged rank 1 (each row one element of a size of
+  its own)."""
+  if isinstance(x, tf.RaggedTensor):
+    if x.ragged_rank != 1:
+      raise ValueError(f"vectorized_map takes RaggedTensors of ragged rank 1 in elems; got "
+                       f"ragged rank {x.ragged_rank}. To fix: merge the inner ragged "
+                       "dimensions (rt.merge_dims) or pass a dense tensor.")
+    return x
+  return tf.convert_to_tensor(x)
+
+
 def _common_leading_dimension(flat):
   """n for elems whose leading dimensions are n or 1 (1 broadcasts, as in TF), and the
   run-time checks needed where a dimension is unknown while tracing."""
@@ -218,7 +232,7 @@ def _common_leading_dimension(flat):
                      f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in dims)}.")
   if None not in dims:
     return known[-1], []
-  sizes = tf.stack([tf.shape(e, out_type=tf.int32)[0] for e in flat])
+  sizes = tf.stack([_leading_size(e) for e in flat])
   n = known[-1] if known and known[-1] > 1 else tf.reduce_max(sizes)
   check = tf.raw_ops.Assert(
       condition=tf.reduce_all(tf.equal(sizes, n) | tf.equal(sizes, 1)),
@@ -227,8 +241,20 @@ def _common_leading_dimension(flat):
   return n, [check]
 
 
+def _leading_size(x):
+  if isinstance(x, tf.RaggedTensor):
+    return x.nrows(out_type=tf.int32)
+  return tf.shape(x, out_type=tf.int32)[0]
+
+
 def _broadcasting_gather(x, i):
-  """Row i of `x`, or its only row if its leading dimension is 1 (broadcast)."""
+  """Row i of `x`, or its only row if its leading dimension is 1 (broadcast). A ragged
+  row is read as a gather over a range of per-iteration bounds, which converts to a
+  ragged value."""
+  if isinstance(x, tf.RaggedTensor):
+    i = tf.where(x.nrows(out_type=tf.int32) > 1, i, 0)
+    splits = x.row_splits
+    return tf.gather(x.values, tf.range(splits[i], splits[i + 1]))
   if x.shape.rank is not None and x.shape[0] == 1:
     return x[0]
   if x.shape.rank is None or x.shape[0] is None:

@@ -77,6 +77,13 @@ BODIES = {
     "slice_index": lambda i: tf.range(LIMS[i] + 1)[-1],
     "slice_rows_column": lambda i: _rows(i)[1:, 2],
     "slice_last_coordinates": lambda i: tf.where(X[i] > 0)[-1:],
+    "pad_fixed_length": lambda i: tf.pad(tf.range(LIMS[i]), [[0, 6 - LIMS[i]]]),
+    "pad_invariant": lambda i: tf.pad(_rows(i), [[1, 2], [0, 1]], constant_values=-4.),
+    "pad_ensure_shape": lambda i: tf.ensure_shape(
+        tf.pad(_positive(i), [[0, 4 - tf.size(_positive(i))]]), [4]),
+    "concat_first_axis": lambda i: tf.concat(
+        [tf.range(LIMS[i]), XI[i, :2], [7], tf.range(STARTS[i] % 3)], 0),
+    "concat_later_axis": lambda i: tf.concat([_rows(i), _rows(i) * 2.], 1),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
 }

@@ -1,0 +1,105 @@
+"""Ragged values in the core: the fallback, control flow, chunking and vectorized_map.
+
+The fallback runs ops without a ragged converter row by row and returns what differs in
+size per iteration as a ragged value; conditionals with such outputs fall back whole;
+`vectorized_map` takes RaggedTensor elems. Results equal the loop (`tf.ragged.stack` where
+the traced body leaves a size unknown).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from tests.converters.test_ragged import LIMS, N, X, assert_equal_to_loop, _reference
+
+STRINGS = tf.constant(["a bc d", "", "ef", "g h i j", "k"])
+FLAGS = tf.constant([True, False, True, True, False])
+
+
+def _positive(i):
+  return tf.boolean_mask(X[i], X[i] > 0)
+
+
+def _run(body, n, mode, fallback=True):
+  pfor = lambda m: vectorize.pfor(body, m, fallback_to_while_loop=fallback, warn=False)
+  if mode == "eager":
+    return pfor(n)
+  if mode == "function":
+    return tf.function(lambda: pfor(n))()
+  return tf.function(pfor, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
+
+
+FALLBACK_BODIES = {
+    # Sort (TopKV2) has no ragged converter: it runs row by row on the ragged value.
+    "sort_of_ragged": lambda i: tf.sort(_positive(i)),
+    # StringSplitV2 has no converter: the fallback's outputs differ in size per iteration.
+    "string_split": lambda i: tf.strings.split(STRINGS[i]),
+    # A conditional whose branches give different sizes falls back whole.
+    "cond_of_sizes": lambda i: tf.cond(FLAGS[i], lambda: tf.range(LIMS[i]),
+                                       lambda: tf.range(2)),
+    "fallback_then_converted": lambda i: tf.reduce_sum(tf.sort(_positive(i)) * 2.),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+@pytest.mark.parametrize("name", sorted(FALLBACK_BODIES))
+def test_fallback_gives_ragged_values(name, n, mode):
+  body = FALLBACK_BODIES[name]
+  assert_equal_to_loop(_run(body, n, mode), _reference(body, n))
+
+
+def test_op_without_ragged_converter_names_the_reason():
+  with pytest.raises(vectorize.ConversionError, match=r"TopKV2.*\(ragged\)"):
+    _run(FALLBACK_BODIES["sort_of_ragged"], N, "eager", fallback=False)
+
+
+def test_cond_consuming_a_ragged_value_stays_vectorized():
+  body = lambda i: tf.cond(FLAGS[i], lambda: tf.reduce_sum(tf.range(LIMS[i])),
+                           lambda: tf.constant(-1))
+  assert_equal_to_loop(_run(body, N, "function", fallback=False), _reference(body, N))
+
+
+def test_fallback_of_sizes_under_xla_is_a_clear_error():
+  fn = tf.function(lambda: vectorize.pfor(FALLBACK_BODIES["sort_of_ragged"], N, warn=False),
+                   jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="XLA needs static shapes"):
+    fn()
+
+
+def test_parallel_iterations_refuses_ragged_output():
+  with pytest.raises(vectorize.ConversionError, match="parallel_iterations"):
+    vectorize.pfor(lambda i: tf.range(LIMS[i]), N, parallel_iterations=2)
+
+
+RAGGED = tf.ragged.constant([[1., 2., 3.], [], [4., 5.], [6.], [-1., 0., 1., 2.]])
+ROWS = tf.ragged.constant([[[1., 2.], [3., 4.]], [[5., 6.]], [], [[7., 8.]], [[0., 1.]]],
+                          ragged_rank=1)
+
+
+@pytest.mark.parametrize("eager", [True, False])
+@pytest.mark.parametrize("name,fn,elems", [
+    ("sum", lambda r: tf.reduce_sum(r), RAGGED),
+    ("scaled", lambda r: r * 2. + 1., RAGGED),
+    ("with_dense", lambda e: tf.reduce_max(e[0]) + e[1], (RAGGED, X[:, 0])),
+    ("rows", lambda r: tf.reduce_sum(r, 0), ROWS),
+    ("empty", lambda r: tf.reduce_sum(r), RAGGED[:0]),
+])
+def test_vectorized_map_of_ragged_elems(name, fn, elems, eager):
+  del name
+  mapped = lambda e: vectorize.vectorized_map(fn, e, fallback_to_while_loop=False)
+  actual = mapped(elems) if eager else tf.function(mapped)(elems)
+  first = elems[0] if isinstance(elems, tuple) else elems
+  items = [fn(tf.nest.map_structure(lambda e: e[j], elems)) for j in range(first.nrows())]
+  if isinstance(actual, tf.RaggedTensor):
+    assert [a.numpy().tolist() for a in actual] == [x.numpy().tolist() for x in items]
+  else:
+    expected = np.stack(items) if items else np.zeros([0], np.float32)
+    np.testing.assert_allclose(actual, expected)
+
+
+def test_vectorized_map_refuses_deeper_ragged_elems():
+  deep = tf.ragged.constant([[[1.], [2., 3.]], [[4.]]])
+  with pytest.raises(ValueError, match="ragged rank 1"):
+    vectorize.vectorized_map(tf.reduce_sum, deep)
