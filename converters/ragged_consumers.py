@@ -149,6 +149,64 @@ def _mean(sums, count):
   return sums / count
 
 
+# ----------------------------------------------------------------------------- segments
+
+def _ragged_ids(op, data_input, ids_input):
+  """The flat data and 1-D ids (ragged alike, checked at run time), and the row ids."""
+  data, ids = op.value(data_input), op.value(ids_input)
+  if not (ragged.is_ragged(data) and ragged.is_ragged(ids)) or _rank(ids.tensor.values) != 1:
+    raise Unvectorizable("segment ids of another size than the data's first axis")
+  rows = data.tensor
+  check = tf.debugging.Assert(
+      tf.reduce_all(tf.equal(rows.row_lengths, ids.tensor.row_lengths)),
+      [f"vectorize: {op.op.name}: data and segment ids of different sizes"])
+  return rows.values, ids.tensor.values, rows, check
+
+
+@ragged.register("UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentProd",
+                 "UnsortedSegmentSum")
+def _convert_unsorted_segment(op):
+  """Iteration i's segment s is segment `i * num_segments + s` of one reduction; negative
+  ids stay dropped. Stacked: `[n, num_segments] + rest`."""
+  flat, ids, rows, check = _ragged_ids(op, 0, 1)
+  num = tf.cast(op.invariant(2), ids.dtype)
+  in_range = _index_check(op, tf.where(ids < 0, tf.zeros_like(ids), ids), num)
+  combined = tf.where(ids < 0, -tf.ones_like(ids),
+                      tf.cast(rows.row_ids, ids.dtype) * num + ids)
+  n = values.loop_length(op.ctx)
+  static_num = tf.get_static_value(op.invariant(2))
+  num_rows = int(static_num) if static_num is not None else tf.cast(num, tf.int32)
+  with tf.control_dependencies([check, in_range]):
+    out = op.rebuild([flat, combined, tf.cast(n * num_rows, op.op.inputs[2].dtype)])[0]
+  return stacked(values.split_leading(out, n, num_rows))
+
+
+@ragged.register("SegmentMax", "SegmentMean", "SegmentMin", "SegmentProd", "SegmentSum")
+def _convert_sorted_segment(op):
+  """Iteration i has `max(ids) + 1` output rows (none without ids); its ids offset by
+  where its rows start stay sorted, so one segment reduction fills every iteration."""
+  flat, ids, rows, check = _ragged_ids(op, 0, 1)
+  lengths = tf.maximum(tf.math.unsorted_segment_max(tf.cast(ids, tf.int32) + 1,
+                                                    rows.row_ids, op.ctx.n), 0)
+  out = ragged.RaggedRows(flat, lengths)
+  combined = tf.gather(tf.cast(out.row_starts, ids.dtype), rows.row_ids) + ids
+  with tf.control_dependencies([check]):
+    return ragged.ragged(op.rebuild([flat, combined])[0], lengths)
+
+
+@ragged.register("DynamicPartition")
+def _convert_dynamic_partition(op):
+  """Ragged data and partitions: one partition of the flat values keeps every iteration's
+  order; each output's row lengths count the iteration's entries sent to it."""
+  flat, partitions, rows, check = _ragged_ids(op, 0, 1)
+  num = op.attr("num_partitions")
+  with tf.control_dependencies([check]):
+    outs = op.rebuild([flat, partitions])
+  return [ragged.ragged(t, tf.math.unsorted_segment_sum(
+      tf.cast(tf.equal(partitions, k), tf.int32), rows.row_ids, op.ctx.n))
+          for k, t in enumerate(outs)]
+
+
 # ----------------------------------------------------------------------------- shapes
 
 @ragged.register("Shape")

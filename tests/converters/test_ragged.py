@@ -84,6 +84,15 @@ BODIES = {
     "concat_first_axis": lambda i: tf.concat(
         [tf.range(LIMS[i]), XI[i, :2], [7], tf.range(STARTS[i] % 3)], 0),
     "concat_later_axis": lambda i: tf.concat([_rows(i), _rows(i) * 2.], 1),
+    "unsorted_segment_sum": lambda i: tf.math.unsorted_segment_sum(
+        _rows(i), tf.range(tf.shape(_rows(i))[0]) % 3 - 1, 2),
+    "unsorted_segment_max": lambda i: tf.math.unsorted_segment_max(
+        _positive(i), tf.range(tf.size(_positive(i))) // 2, 3),
+    "segment_sum": lambda i: tf.math.segment_sum(_rows(i), tf.range(tf.shape(_rows(i))[0]) // 2),
+    "segment_mean": lambda i: tf.math.segment_mean(_positive(i),
+                                                   tf.range(tf.size(_positive(i))) * 2),
+    "dynamic_partition": lambda i: tf.dynamic_partition(
+        _rows(i), tf.range(tf.shape(_rows(i))[0]) % 2, 2),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
 }
