@@ -207,6 +207,56 @@ def _convert_dynamic_partition(op):
           for k, t in enumerate(outs)]
 
 
+@ragged.register("Cumsum")
+def _convert_cumsum(op):
+  """Integers along the first axis: the flat cumulative sum less what earlier iterations
+  added (exact for integers; floats fall back, where the difference would round). Later
+  axes: on the flat values."""
+  rows = op.value(0).tensor
+  axis = int(op.static_value(1)) % _rank(rows.values)
+  if axis:
+    return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
+  if not rows.dtype.is_integer:
+    raise Unvectorizable("a floating cumulative sum along the ragged axis")
+  flat = op.rebuild([rows.values, op.invariant(1)])[0]
+  whole = tf.math.unsorted_segment_sum(rows.values, rows.row_ids, op.ctx.n)
+  if op.attr("reverse"):
+    before = tf.cumsum(whole, reverse=True, exclusive=True)    # later iterations' sums
+  else:
+    before = tf.cumsum(whole, exclusive=True)
+  return ragged.same_rows(flat - tf.gather(before, rows.row_ids), rows)
+
+
+@ragged.register("DenseBincount")
+def _convert_dense_bincount(op):
+  """Ragged 1-D values: iteration i counts into bins `[starts[i], starts[i] + size_i)` of
+  one segment sum; values outside `[0, size_i)` count nowhere, as in the kernel. The
+  result is ragged where the size differs per iteration."""
+  rows = op.value(0).tensor
+  weights = op.value(2)
+  if _rank(rows.values) != 1 or ragged.is_ragged(op.value(1)):
+    raise Unvectorizable("bin counts of a ragged value of rank other than 1")
+  size = tf.cast(values.stack(op.value(1), op.ctx.n), tf.int32)          # [n]
+  out = ragged.RaggedRows(rows.values, size)
+  ids = rows.row_ids
+  bin_index = tf.cast(rows.values, tf.int32)
+  inside = tf.logical_and(bin_index >= 0, bin_index < tf.gather(size, ids))
+  target = tf.where(inside, tf.gather(out.row_starts, ids) + bin_index, -1)
+  if ragged.is_ragged(weights):
+    amounts = weights.tensor.values
+  elif weights.stacked or _rank(weights.tensor) != 1 or weights.tensor.shape[0] != 0:
+    raise Unvectorizable("bin count weights of another layout")
+  else:
+    amounts = tf.ones_like(bin_index, weights.tensor.dtype)
+  counts = tf.math.unsorted_segment_sum(amounts, target, tf.reduce_sum(size))
+  if op.attr("binary_output"):
+    counts = tf.cast(counts > 0, counts.dtype)
+  if op.is_stacked(1):
+    return ragged.ragged(counts, size)
+  return stacked(values.reshape(counts, [values.loop_length(op.ctx),
+                                        tf.cast(op.invariant(1), tf.int32)]))
+
+
 # ----------------------------------------------------------------------------- shapes
 
 @ragged.register("Shape")
@@ -290,26 +340,36 @@ def _convert_reshape(op):
 
 @ragged.register("StridedSlice")
 def _convert_strided_slice(op):
-  """The first axis as Python slices it, per iteration (its own length): an index picks
-  one row per iteration (stacked), a slice keeps rows at computed positions (ragged). The
-  spec of the later axes then applies to the flat values as it is."""
+  """The first axis as Python slices it, per iteration (its own length, and its own bounds
+  where they are per-iteration): an index picks one row per iteration (stacked), a slice
+  keeps rows at computed positions (ragged). The spec of the later axes then applies to
+  the flat values as it is."""
   rows = op.value(0).tensor
-  begin, end, strides = (op.static_value(k) for k in (1, 2, 3))
+  strides = op.static_value(3)
   masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
                                             "new_axis_mask", "shrink_axis_mask")}
-  if not np.size(begin) or (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
-                            np.size(begin) <= _rank(rows.values)):
-    return ragged.same_rows(op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
-                            rows)                    # the first axis is left whole
-  if masks["ellipsis_mask"] & 1 or masks["new_axis_mask"] & 1:
-    raise Unvectorizable("a strided slice of a ragged value starting with newaxis")
+  if op.is_stacked(1) or op.is_stacked(2):
+    if np.size(strides) != 1 or masks["ellipsis_mask"] or masks["new_axis_mask"]:
+      raise Unvectorizable("per-iteration bounds of a slice of several axes")
+    begin = end = None
+    first_begin, first_end = (tf.cast(op.stacked(k)[:, 0], tf.int32) for k in (1, 2))
+  else:
+    begin, end = op.static_value(1), op.static_value(2)
+    if not np.size(begin) or (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
+                              np.size(begin) <= _rank(rows.values)):
+      return ragged.same_rows(
+          op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
+          rows)                                           # the first axis is left whole
+    if masks["ellipsis_mask"] & 1 or masks["new_axis_mask"] & 1:
+      raise Unvectorizable("a strided slice of a ragged value starting with newaxis")
+    first_begin, first_end = int(begin[0]), int(end[0])
   lengths = rows.row_lengths
   if masks["shrink_axis_mask"] & 1:
-    index = tf.where(begin[0] < 0, lengths + int(begin[0]), int(begin[0]))
+    index = tf.where(first_begin < 0, lengths + first_begin, first_begin + 0 * lengths)
     with tf.control_dependencies([_index_check(op, index, lengths)]):
       picked = tf.gather(rows.values, rows.row_starts + index)        # [n] + rest
     return stacked(_slice_later_axes(op, picked, begin, end, strides, masks))
-  first, count = _slice_bounds(lengths, begin[0], end[0], strides[0], masks)
+  first, count = _slice_bounds(lengths, first_begin, first_end, int(strides[0]), masks)
   sliced = ragged.RaggedRows(rows.values, count)
   flat_positions = tf.gather(rows.row_starts + first, sliced.row_ids) + \
       sliced.positions * int(strides[0])
@@ -319,27 +379,27 @@ def _convert_strided_slice(op):
 
 def _slice_bounds(lengths, begin, end, stride, masks):
   """Per iteration, the first position and the count of `x[begin:end:stride]` on a first
-  axis of `lengths`, as Python clamps them."""
+  axis of `lengths` (bounds: ints or per-iteration `[n]`), as Python clamps them."""
   if stride == 0:
     raise Unvectorizable("a strided slice with stride 0")
   low, high = (0, lengths) if stride > 0 else (-1, lengths - 1)
 
   def clamp(bound, masked, default):
     if masked:
-      return default
-    bound = tf.where(bound < 0, lengths + int(bound), tf.fill(tf.shape(lengths), int(bound)))
+      return default + 0 * lengths
+    bound = tf.where(bound < 0, lengths + bound, bound + 0 * lengths)
     return tf.clip_by_value(bound, low, high)
 
   first = clamp(begin, masks["begin_mask"] & 1, low if stride > 0 else high)
   last = clamp(end, masks["end_mask"] & 1, high if stride > 0 else low)
   span = last - first if stride > 0 else first - last
-  count = tf.maximum((span + abs(int(stride)) - 1) // abs(int(stride)), 0)
+  count = tf.maximum((span + abs(stride) - 1) // abs(stride), 0)
   return first, count
 
 
 def _slice_later_axes(op, x, begin, end, strides, masks):
   """op's slice spec on `x` with its first entry made a full slice."""
-  if len(begin) == 1 and not masks["ellipsis_mask"]:
+  if begin is None or (len(begin) == 1 and not masks["ellipsis_mask"]):
     return x
   full = lambda v, fill: tf.constant([fill] + list(v[1:]), op.op.inputs[1].dtype)
   attrs = dict(masks, begin_mask=masks["begin_mask"] | 1, end_mask=masks["end_mask"] | 1,

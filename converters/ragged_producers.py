@@ -86,3 +86,22 @@ def _convert_unique(op):
   if op.type == "UniqueWithCounts":
     results.append(ragged.ragged(counts, lengths))
   return results
+
+
+@register("StringSplitV2")
+def _convert_string_split(op):
+  """All iterations' strings split at once: a token of string `g = i * b + r` (iteration i,
+  row r) keeps its position; indices and tokens are ragged, the dense shape stacked."""
+  strings = op.stacked(0)                                 # [n, b]
+  separator = op.invariant(1)
+  n = values.loop_length(op.ctx)
+  b = values.dynamic_shape(strings)[1]
+  indices, tokens, _ = op.rebuild([values.reshape(strings, [n * b]), separator])
+  row, position = indices[:, 0], indices[:, 1]
+  b64 = tf.cast(b, tf.int64)
+  ids = tf.cast(row // tf.maximum(b64, 1), tf.int32)
+  lengths = _segment_counts(ids, op.ctx.n)
+  longest = tf.maximum(tf.math.unsorted_segment_max(position + 1, ids, op.ctx.n), 0)
+  shape = tf.stack([tf.fill([op.ctx.n], b64), tf.cast(longest, tf.int64)], 1)
+  return [ragged.ragged(tf.stack([row % tf.maximum(b64, 1), position], 1), lengths),
+          ragged.ragged(tokens, lengths), stacked(shape)]

@@ -21,6 +21,7 @@ M = tf.reshape(tf.range(60, dtype=tf.float32) % 7 - 3., [N, 4, 3])
 XI = tf.constant([[1, 2, 1, 3], [4, 4, 4, 4], [1, 2, 3, 4], [0, 0, 1, 0], [5, 1, 5, 1]])
 TABLE = tf.constant([10., 20., 30., 40., 50., 60.])
 W = tf.constant(0.5)
+STRINGS = tf.constant(["a bc d", "", "ef", "g h i j", "kbk b"])
 
 
 def _positive(i):
@@ -93,6 +94,17 @@ BODIES = {
                                                    tf.range(tf.size(_positive(i))) * 2),
     "dynamic_partition": lambda i: tf.dynamic_partition(
         _rows(i), tf.range(tf.shape(_rows(i))[0]) % 2, 2),
+    "slice_per_iteration_bounds": lambda i: tf.range(LIMS[i] + 3)[STARTS[i] % 3:LIMS[i]],
+    "cumsum": lambda i: tf.cumsum(tf.range(LIMS[i]) * 2 + 1),
+    "cumsum_reverse_exclusive": lambda i: tf.cumsum(tf.range(LIMS[i]), exclusive=True,
+                                                    reverse=True),
+    "bincount": lambda i: tf.math.bincount(tf.range(LIMS[i]) % 3, minlength=4, maxlength=4),
+    "bincount_fixed_size": lambda i: tf.raw_ops.DenseBincount(
+        input=tf.range(LIMS[i]) % 3, size=4, weights=tf.zeros([0], tf.int32)),
+    "bincount_own_size": lambda i: tf.math.bincount(tf.range(LIMS[i]) % 3),
+    "string_split": lambda i: tf.strings.split(STRINGS[i]),
+    "string_split_sep": lambda i: tf.strings.split(STRINGS[i], sep="b"),
+    "string_split_count": lambda i: tf.size(tf.strings.split(STRINGS[i])),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
 }

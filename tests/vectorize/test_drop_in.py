@@ -262,23 +262,24 @@ def test_jacobian_takes_use_pfor_positionally_as_tf():
   _assert_same(_numpy(batch_ours), _numpy(batch_theirs))
 
 
-def _unique_body(i):
-  return tf.unique(tf.stack([i, i + 1, i]))[0]   # no converter: falls back
+def _set_difference_body(i):
+  difference = tf.raw_ops.ListDiff(x=tf.stack([i, i + 1, i]), y=tf.stack([i + 1]))[0]
+  return tf.ensure_shape(difference, [2])   # ListDiff has no converter: falls back
 
 
 def test_warn_controls_the_fallback_warning():
   with _Absl() as default_pfor:
-    tf.function(lambda: vectorize.pfor(_unique_body, 3))()
+    tf.function(lambda: vectorize.pfor(_set_difference_body, 3))()
   with _Absl() as pfor_quiet:
-    tf.function(lambda: vectorize.pfor(_unique_body, 3, warn=False))()
+    tf.function(lambda: vectorize.pfor(_set_difference_body, 3, warn=False))()
   with _Absl() as default_map:
-    tf.function(lambda: vectorize.vectorized_map(_unique_body, tf.range(3)))()
+    tf.function(lambda: vectorize.vectorized_map(_set_difference_body, tf.range(3)))()
   with _Absl() as map_quiet:
-    actual = vectorize.vectorized_map(_unique_body, tf.range(3), warn=False)
-  assert not any("Unique" in m for m in pfor_quiet + map_quiet)
-  assert sum("Unique" in m for m in default_pfor) == 1
-  assert sum("Unique" in m for m in default_map) == 1
-  np.testing.assert_array_equal(actual, testing.sequential(_unique_body, 3))
+    actual = vectorize.vectorized_map(_set_difference_body, tf.range(3), warn=False)
+  assert not any("ListDiff" in m for m in pfor_quiet + map_quiet)
+  assert sum("ListDiff" in m for m in default_pfor) == 1
+  assert sum("ListDiff" in m for m in default_map) == 1
+  np.testing.assert_array_equal(actual, testing.sequential(_set_difference_body, 3))
 
 
 # ----------------------------------------------------------------------------- eager calls
@@ -447,8 +448,8 @@ def test_operation_output_in_eager_mode_runs_and_gives_none():
 
 def test_conversion_error_is_a_value_error():
   assert issubclass(vectorize.ConversionError, ValueError)
-  with pytest.raises(ValueError, match="Unique"):
-    vectorize.pfor(_unique_body, 3, fallback_to_while_loop=False)
+  with pytest.raises(ValueError, match="ListDiff"):
+    vectorize.pfor(_set_difference_body, 3, fallback_to_while_loop=False)
 
 
 # ----------------------------------------------------------------------------- edge sizes
