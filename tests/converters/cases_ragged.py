@@ -6,6 +6,7 @@ themselves are compared with `tf.ragged.stack` in test_ragged.py. XLA is skipped
 sizes are not static (test_ragged.py checks the error).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from tests.converters.cases_arrays import small_ints
@@ -37,6 +38,18 @@ def _unique_with_counts(x):
   return tf.reduce_sum(y * tf.cast(count, y.dtype)), tf.reduce_max(count), idx
 
 
+def _split_count(strings):
+  tokens = tf.strings.split(strings)
+  return tf.size(tokens), tf.reduce_sum(tf.strings.length(tokens))
+
+
+def _sentences(rng, shape, dtype):
+  del dtype
+  words = np.array(["a", "bc", "def", ""], dtype=object)
+  return np.array([" ".join(rng.choice(words, rng.integers(0, 5)))
+                   for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
+
+
 CASES = [
     OpCase("Range", _range_sum, [()], [_I32, _I64], make=[indices_below(7)], xla=_NO_XLA),
     OpCase("Range-start_size_delta", _range_three, [(), (), ()], [_I32],
@@ -46,4 +59,6 @@ CASES = [
     OpCase("Unique", _unique, [(6,)], [_I32, _F32], make=[small_ints], xla=_NO_XLA),
     OpCase("UniqueWithCounts", _unique_with_counts, [(6,)], [_I32, _I64],
            make=[small_ints], xla=_NO_XLA),
+    OpCase("StringSplitV2", _split_count, [()], [tf.string], make=[_sentences],
+           xla="strings have no XLA kernels"),
 ]
