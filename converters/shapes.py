@@ -11,6 +11,7 @@ iteration would make per-iteration output shapes differ, so they raise Unvectori
 import numpy as np
 import tensorflow as tf
 
+from converters import ragged_producers
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import (register_axis_shift, register_invariant_output,
@@ -110,14 +111,17 @@ def _resolved_shape(sizes, in_shape):
 
 @register("Reshape")
 def _convert_reshape(op):
-  """`[n] + s` reshape; -1 in s is resolved per iteration, never left to the stacked reshape."""
+  """`[n] + s` reshape; -1 in s is resolved per iteration, never left to the stacked reshape.
+  A shape the traced graph knows fully is used as it is, even where the shape input differs
+  per iteration (a gradient's shape computed from a ragged value's)."""
   x = op.stacked(0)
-  sizes = op.invariant(1)
   out_shape = op.output_shape(0)
-  static_sizes = tf.get_static_value(sizes)
   if out_shape.is_fully_defined():
-    shape = np.array(out_shape.as_list(), sizes.dtype.as_numpy_dtype)
-  elif static_sizes is not None and not np.any(np.asarray(static_sizes) == -1):
+    shape = np.array(out_shape.as_list(), op.op.inputs[1].dtype.as_numpy_dtype)
+    return stacked(tf.reshape(x, _with_loop_len(op, shape)))
+  sizes = op.invariant(1)
+  static_sizes = tf.get_static_value(sizes)
+  if static_sizes is not None and not np.any(np.asarray(static_sizes) == -1):
     shape = static_sizes
   else:
     shape = _resolved_shape(sizes, tf.shape(x, out_type=sizes.dtype)[1:])
@@ -159,7 +163,9 @@ def _convert_transpose(op):
 
 @register("Tile")
 def _convert_tile(op):
-  """`multiples -> [1] + multiples`."""
+  """`multiples -> [1] + multiples`; per-iteration multiples give a ragged value."""
+  if op.is_stacked(1):
+    return ragged_producers.tile_per_iteration(op)
   multiples = tf.convert_to_tensor(op.invariant(1))
   new_multiples = tf.concat([tf.ones([1], multiples.dtype), multiples], 0)
   return stacked(op.rebuild([op.stacked(0), new_multiples])[0])
