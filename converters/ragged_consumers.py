@@ -11,7 +11,7 @@ gathered by row id; invariant ones broadcast as they would per iteration.
 import numpy as np
 import tensorflow as tf
 
-from converters.ragged_producers import unique_rows
+from converters.ragged_producers import tile_per_iteration, unique_rows
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
@@ -82,6 +82,9 @@ def _convert_identity(op):
   if op.type == "EnsureShape":
     return ragged.same_rows(rows.values, rows)
   return ragged.same_rows(op.rebuild([rows.values])[0], rows)
+
+
+ragged.register("Tile")(tile_per_iteration)
 
 
 @ragged.register("ZerosLike", "OnesLike")
@@ -319,15 +322,18 @@ def _convert_reshape(op):
   """To a shape the graph knows: stacked (sizes checked); to `[-1] + known`: ragged, each
   iteration's rows rescaled."""
   rows = op.value(0).tensor
-  if op.is_stacked(1):
-    raise Unvectorizable("a per-iteration target shape")
   out = op.output_shape(0)
   if out.rank is None or not out[1:].is_fully_defined():
     raise Unvectorizable("a target shape unknown past its first axis")
   in_rest = tf.reduce_prod(tf.shape(rows.values)[1:])
   out_rest = int(np.prod(out[1:].as_list()))
   sizes = rows.row_lengths * in_rest
-  check = tf.debugging.Assert(tf.reduce_all(tf.equal(sizes % out_rest, 0)), [
+  fits = tf.equal(sizes % out_rest, 0)
+  if op.is_stacked(1):           # per-iteration targets: their first entry is -1 or agrees
+    first = tf.cast(op.stacked(1)[:, 0], tf.int32)
+    fits = tf.logical_and(fits, tf.logical_or(tf.equal(first, -1),
+                                              tf.equal(first, sizes // max(out_rest, 1))))
+  check = tf.debugging.Assert(tf.reduce_all(fits), [
       f"vectorize: {op.op.name}: a per-iteration size does not fit the target shape {out}:",
       sizes])
   with tf.control_dependencies([check]):

@@ -105,3 +105,29 @@ def _convert_string_split(op):
   shape = tf.stack([tf.fill([op.ctx.n], b64), tf.cast(longest, tf.int64)], 1)
   return [ragged.ragged(tf.stack([row % tf.maximum(b64, 1), position], 1), lengths),
           ragged.ragged(tokens, lengths), stacked(shape)]
+
+
+def tile_per_iteration(op):
+  """Tile with per-iteration multiples: the later axes are tiled alike in every iteration
+  (checked at run time), the first by each iteration's own count, so the result is
+  ragged: output row q of iteration i reads its row `q % rows_i`."""
+  ragged.require_dynamic_shapes(op.op, "tf.tile with multiples that differ per iteration")
+  x = op.value(0)
+  multiples = tf.cast(op.stacked(1), tf.int32)                     # [n, rank]
+  if ragged.is_ragged(x):
+    rows = x.tensor
+    flat, lengths, starts = rows.values, rows.row_lengths, rows.row_starts
+  else:
+    flat = values.merge_leading(x.tensor) if x.stacked else x.tensor
+    a = tf.shape(x.tensor)[1 if x.stacked else 0]
+    lengths = tf.fill([op.ctx.n], a)
+    starts = tf.range(op.ctx.n) * a if x.stacked else tf.zeros([op.ctx.n], tf.int32)
+  later = tf.reduce_max(multiples[:, 1:], 0)
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(multiples[:, 1:], later)), [
+      f"vectorize: {op.op.name}: tf.tile multiples of later axes differ per iteration"])
+  with tf.control_dependencies([check]):
+    flat = tf.tile(flat, tf.concat([[1], later], 0))
+  out = ragged.RaggedRows(flat, lengths * multiples[:, 0])
+  ids = out.row_ids
+  source = tf.gather(starts, ids) + out.positions % tf.maximum(tf.gather(lengths, ids), 1)
+  return ragged.ragged(tf.gather(flat, source), out.row_lengths)

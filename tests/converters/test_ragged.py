@@ -105,6 +105,8 @@ BODIES = {
     "string_split": lambda i: tf.strings.split(STRINGS[i]),
     "string_split_sep": lambda i: tf.strings.split(STRINGS[i], sep="b"),
     "string_split_count": lambda i: tf.size(tf.strings.split(STRINGS[i])),
+    "tile_per_iteration": lambda i: tf.tile(X[i, :2], [LIMS[i]]),
+    "tile_ragged": lambda i: tf.tile(tf.range(LIMS[i]), [2]),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
 }
@@ -196,3 +198,35 @@ def test_boolean_mask_has_no_loop_left():
                                           fallback_to_while_loop=False))
   graph = fn.get_concrete_function().graph
   assert "While" not in {op.type for op in graph.get_operations()}
+
+
+def _masked_loss(x, i):
+  return (tf.reduce_sum(tf.boolean_mask(x, x > 0) ** 2) +
+          tf.reduce_max(tf.gather(x, tf.range(LIMS[i] % 4 + 1))) +
+          tf.reduce_mean(tf.gather(x, tf.where(x < 1)[:, 0])))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_through_ragged_values_inside_the_body(mode):
+  def body(i):
+    xi = X[i]
+    with tf.GradientTape() as tape:
+      tape.watch(xi)
+      loss = _masked_loss(xi, i)
+    return tape.gradient(loss, xi)
+
+  expected = np.stack([body(tf.constant(i)).numpy() for i in range(N)])
+  np.testing.assert_allclose(_run(body, N, mode), expected, rtol=1e-6)
+
+
+def test_gradient_of_pfor_through_ragged_values():
+  def gradient(fn):
+    with tf.GradientTape() as tape:
+      tape.watch(X)
+      y = fn()
+    return tf.convert_to_tensor(tape.gradient(y, X))
+
+  vectorized = gradient(lambda: vectorize.pfor(lambda i: _masked_loss(X[i], i), N,
+                                               fallback_to_while_loop=False))
+  loop = gradient(lambda: tf.stack([_masked_loss(X[i], i) for i in range(N)]))
+  np.testing.assert_allclose(vectorized, loop, rtol=1e-6)
