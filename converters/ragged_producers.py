@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from vectorize import ragged
 from vectorize import values
+from vectorize.errors import Unvectorizable
 from vectorize.registry import register
 from vectorize.values import stacked
 
@@ -111,6 +112,8 @@ def tile_per_iteration(op):
   """Tile with per-iteration multiples: the later axes are tiled alike in every iteration
   (checked at run time), the first by each iteration's own count, so the result is
   ragged: output row q of iteration i reads its row `q % rows_i`."""
+  if not ragged.first_dim_varies(op.output_shape(0)):
+    raise Unvectorizable("per-iteration multiples where the graph leaves later axes unknown")
   ragged.require_dynamic_shapes(op.op, "tf.tile with multiples that differ per iteration")
   x = op.value(0)
   multiples = tf.cast(op.stacked(1), tf.int32)                     # [n, rank]
