@@ -25,7 +25,8 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
 
   Args:
     loop_fn: `loop_fn(i)` or `loop_fn(i, pfor_config)`, returning a nested structure of
-      tensors, Python scalars, `tf.IndexedSlices` (returned dense), Operations (run for
+      tensors, Python scalars, `tf.IndexedSlices` (returned dense), `tf.RaggedTensor`s
+      (returned with one more ragged dimension), Operations (run for
       their effect) and None (passed through). A function, callable object,
       `functools.partial` or `tf.function`.
     iters: the number of iterations: a non-negative Python int, `Dimension` or scalar

@@ -136,6 +136,26 @@ def output_tensor(value, n, stack):
                                           validate=False)
 
 
+def stack_ragged_outputs(flat_values, row_splits):
+  """The stack of per-iteration RaggedTensors from their stacked components: the flat
+  values (ragged or stacked) and each level's row splits (ragged or stacked). Iteration i's
+  rows become row i's, so the result has one more ragged dimension (as `tf.ragged.stack`
+  gives)."""
+  if isinstance(flat_values, tf.RaggedTensor):
+    flat = flat_values.values
+  else:
+    flat = tf.reshape(flat_values, tf.concat([[-1], tf.shape(flat_values)[2:]], 0))
+  nested = []
+  for splits in row_splits:
+    if not isinstance(splits, tf.RaggedTensor):
+      splits = tf.RaggedTensor.from_tensor(splits)
+    lengths = tf.cast(splits[:, 1:] - splits[:, :-1], tf.int64)   # per iteration, per row
+    if not nested:
+      nested.append(lengths.row_lengths())
+    nested.append(lengths.values)
+  return tf.RaggedTensor.from_nested_row_lengths(flat, nested, validate=False)
+
+
 def refuse_in_chunks(value):
   """`parallel_iterations` stitches chunks of stacked outputs; a ragged one is refused."""
   if is_ragged(value):

@@ -20,6 +20,8 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.util import nest
 
+from vectorize import ragged
+
 
 def _exclude_from_autograph():
   """Our graph-building code is plain Python: autograph must not rewrite it. Without this, a
@@ -31,7 +33,7 @@ def _exclude_from_autograph():
 
 _exclude_from_autograph()
 
-TENSOR, NONE, OPERATION = "tensor", "none", "operation"
+TENSOR, NONE, OPERATION, RAGGED = "tensor", "none", "operation", "ragged"
 
 
 class Traced:
@@ -41,7 +43,8 @@ class Traced:
     graph: the FuncGraph; its outputs are the function's tensor outputs, its inputs the
       traced arguments followed by the captured tensors.
     structure: the function's output, as returned (for packing).
-    kinds: TENSOR, NONE or OPERATION per flattened output leaf.
+    kinds: TENSOR, NONE, OPERATION or RAGGED (a `tf.RaggedTensor`, whose flat values and
+      row splits are graph outputs) per flattened output leaf.
     markers: one NoOp per returned Operation, depending on it (the walker keeps control
       edges, so the marker's conversion depends on the Operation's).
   """
@@ -51,6 +54,7 @@ class Traced:
     self.structure = structure
     self.kinds = kinds
     self.markers = markers
+    self.ragged_ranks = ()   # per RAGGED leaf, its ragged rank
 
   def captured_inputs(self):
     """The outer tensors the graph captures, one per graph input past the traced arguments,
@@ -67,10 +71,19 @@ class Traced:
     return outer
 
   def pack(self, tensors, operations):
-    """The function's structure with its tensors and Operations replaced, None kept."""
+    """The function's structure with its tensors and Operations replaced, None kept; a
+    RaggedTensor leaf gets one more ragged dimension from its stacked components."""
     tensors, operations = iter(tensors), iter(operations)
-    flat = [next(tensors) if kind == TENSOR else next(operations) if kind == OPERATION
-            else None for kind in self.kinds]
+    ragged_ranks = iter(self.ragged_ranks)
+
+    def leaf(kind):
+      if kind == RAGGED:
+        parts = [next(tensors) for _ in range(1 + next(ragged_ranks))]
+        return ragged.stack_ragged_outputs(parts[0], parts[1:])
+      return next(tensors) if kind == TENSOR else next(operations) if kind == OPERATION \
+          else None
+
+    flat = [leaf(kind) for kind in self.kinds]
     return tf.nest.pack_sequence_as(self.structure, flat)
 
 
@@ -89,7 +102,7 @@ def trace(fn, input_specs, extra_args=(), name=None):
     A `Traced`.
 
   Raises:
-    TypeError: `fn` returned a sparse or ragged tensor, or an object that is not a tensor.
+    TypeError: `fn` returned a sparse tensor, or an object that is not a tensor.
 
   Example:
     >>> traced = trace(lambda i: tf.sin(tf.cast(i, tf.float32)), [tf.TensorSpec([], tf.int32)])
@@ -108,7 +121,10 @@ def trace(fn, input_specs, extra_args=(), name=None):
     result["structure"] = out
     result["kinds"] = [kind for kind, _ in leaves]
     result["markers"] = [_marker(leaf) for kind, leaf in leaves if kind == OPERATION]
-    return [leaf for kind, leaf in leaves if kind == TENSOR]
+    result["ragged_ranks"] = [leaf.ragged_rank for kind, leaf in leaves if kind == RAGGED]
+    return [t for kind, leaf in leaves if kind in (TENSOR, RAGGED)
+            for t in ([leaf.flat_values] + list(leaf.nested_row_splits)
+                      if kind == RAGGED else [leaf])]
 
   # Gradients of conditionals taken inside the body pass intermediates as plain tensors
   # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
@@ -117,7 +133,9 @@ def trace(fn, input_specs, extra_args=(), name=None):
       tf.variable_creator_scope(functools.partial(_record_variable, created)):
     graph = tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
   _collect_variables(created)
-  return Traced(graph, result["structure"], result["kinds"], result["markers"])
+  traced = Traced(graph, result["structure"], result["kinds"], result["markers"])
+  traced.ragged_ranks = result["ragged_ranks"]
+  return traced
 
 
 def autograph_like_caller(fn):
@@ -168,9 +186,13 @@ def _flat_outputs(structure, where):
       continue
     if isinstance(leaf, tf.IndexedSlices):
       leaf = tf.convert_to_tensor(leaf)
-    elif isinstance(leaf, (tf.SparseTensor, tf.RaggedTensor)):
+    elif isinstance(leaf, tf.RaggedTensor):
+      leaves.append((RAGGED, leaf))
+      continue
+    elif isinstance(leaf, tf.SparseTensor):
       raise TypeError(f"{where} returned a {type(leaf).__name__} at {path}; vectorize "
-                      "supports dense tensors only. Convert it to a dense tensor first.")
+                      "supports dense and ragged tensors only. Convert it to a dense tensor "
+                      "first.")
     elif not isinstance(leaf, (tf.Tensor, tf.Variable, numbers.Number, np.ndarray, np.generic)):
       raise TypeError(f"{where} returned an object of type {type(leaf).__name__} at {path}; "
                       "it must return tensors, Python numbers, numpy values, Operations or "

@@ -103,3 +103,34 @@ def test_vectorized_map_refuses_deeper_ragged_elems():
   deep = tf.ragged.constant([[[1.], [2., 3.]], [[4.]]])
   with pytest.raises(ValueError, match="ragged rank 1"):
     vectorize.vectorized_map(tf.reduce_sum, deep)
+
+
+RETURNS_RAGGED = {
+    "split_one": lambda i: tf.strings.split(STRINGS[i:i + 1]),
+    "split_two": lambda i: tf.strings.split(tf.stack([STRINGS[i], STRINGS[(i + 1) % N]])),
+    "from_row_lengths": lambda i: tf.RaggedTensor.from_row_lengths(
+        tf.range(LIMS[i] + 2), [2, LIMS[i]]),
+    "fixed_rows_scaled": lambda i: tf.RaggedTensor.from_row_lengths(
+        tf.range(6.), [2, 4]) * tf.cast(i, tf.float32),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+@pytest.mark.parametrize("name", sorted(RETURNS_RAGGED))
+def test_body_returning_a_ragged_tensor_equals_ragged_stack(name, n, mode):
+  body = RETURNS_RAGGED[name]
+  actual = _run(body, n, mode, fallback=False)
+  assert isinstance(actual, tf.RaggedTensor) and actual.ragged_rank == 2
+  assert actual.row_splits.dtype == tf.int64
+  if n == 0:
+    assert int(actual.nrows()) == 0
+    return
+  expected = tf.ragged.stack([body(tf.constant(i)) for i in range(n)])
+  assert actual.to_list() == expected.to_list()
+
+
+def test_body_returning_a_sparse_tensor_is_refused():
+  sparse = tf.sparse.from_dense(tf.eye(2))
+  with pytest.raises(TypeError, match="SparseTensor"):
+    vectorize.pfor(lambda i: sparse, 3)
