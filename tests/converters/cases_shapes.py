@@ -204,14 +204,19 @@ CASES = [
     OpCase("Fill-stacked_dims", tf.fill, [[2], []], dtypes=[(_I, _F)],
            patterns=[(True, True), (True, False)], make=[_same_row([2, 3]), None],
            allow_fallback=True, loop_lengths=_NO_ZERO, xla=_FALLBACK_XLA),
-    # Ops whose per-iteration output sizes depend on data: they fall back.
-    OpCase("Range", tf.range, [[]], dtypes=[_I], make=[_same_row(4)], allow_fallback=True,
-           loop_lengths=_NO_ZERO, xla=_FALLBACK_XLA),
-    OpCase("Where", tf.where, [[2, 3]], dtypes=[_B],
+    # Ops whose per-iteration output sizes depend on data give ragged values (Range and
+    # Where convert, BroadcastGradientArgs falls back); every iteration gets the same size
+    # here, which tf.ensure_shape states, so the results are stacked again.
+    OpCase("Range", lambda x: tf.ensure_shape(tf.range(x), [4]), [[]], dtypes=[_I],
+           make=[_same_row(4)], allow_fallback=True, loop_lengths=_NO_ZERO,
+           xla=_FALLBACK_XLA, op_types=("Range", "EnsureShape")),
+    OpCase("Where", lambda x: tf.ensure_shape(tf.where(x), [3, 2]), [[2, 3]], dtypes=[_B],
            make=[_same_row([[True, False, True], [False, False, True]])],
-           allow_fallback=True, loop_lengths=_NO_ZERO, xla="Where's output size depends on data"),
+           allow_fallback=True, loop_lengths=_NO_ZERO, xla="Where's output size depends on data",
+           op_types=("Where", "EnsureShape")),
     OpCase("BroadcastGradientArgs-stacked",
-           lambda a, b: tf.raw_ops.BroadcastGradientArgs(s0=a, s1=b), [[3], [2]],
+           lambda a, b: [tf.ensure_shape(r, [k]) for r, k in zip(
+               tf.raw_ops.BroadcastGradientArgs(s0=a, s1=b), (1, 2))], [[3], [2]],
            dtypes=[_I], make=[_same_row([2, 1, 3]), _same_row([1, 3])], allow_fallback=True,
            loop_lengths=_NO_ZERO, xla="the outputs' sizes depend on data"),
 ]
@@ -247,6 +252,4 @@ CASES += [
 
 EXPECTED_FALLBACK = {
     "BroadcastGradientArgs": "per-iteration reduction indices differ in length (ragged)",
-    "Range": "the per-iteration length depends on stacked start/limit/delta (ragged)",
-    "Where": "the number of true elements differs per iteration (ragged)",
 }
