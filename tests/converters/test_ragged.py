@@ -230,3 +230,13 @@ def test_gradient_of_pfor_through_ragged_values():
                                                fallback_to_while_loop=False))
   loop = gradient(lambda: tf.stack([_masked_loss(X[i], i) for i in range(N)]))
   np.testing.assert_allclose(vectorized, loop, rtol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
+    "converters/slicing.py (A): DynamicPartition of stacked data with per-iteration "
+    "partitions asserts the same count per partition in every iteration, a run-time error "
+    "even with the fallback on; it should return ragged values (vectorize.ragged), as "
+    "ragged_consumers does for ragged data, and its OpCase then state its sizes"))
+def test_dynamic_partition_of_stacked_data_gives_ragged_outputs():
+  body = lambda i: tf.dynamic_partition(X[i], tf.cast(X[i] > 0, tf.int32), 2)
+  assert_equal_to_loop(vectorize.pfor(body, N, warn=False), _reference(body, N))
