@@ -145,9 +145,12 @@ _UNSORTED_CASES = [
            [[4, 3], [4], []], dtypes=[(F32, I32, I32), (F32, I64, I64)],
            patterns=[(True, False, False), (False, True, False), (True, True, False)],
            make=[None, indices_below(5), constant(5)]),
-    # A stacked num_segments (the same value in every iteration here, so outputs stack):
-    # Unvectorizable, falls back.
-    OpCase("UnsortedSegmentSum-stacked_num_segments", tf.math.unsorted_segment_sum,
+    # A stacked num_segments: Unvectorizable, falls back, and gives a ragged value (the
+    # output size is per iteration); the same value in every iteration here, which
+    # tf.ensure_shape states, so the result is stacked again.
+    OpCase("UnsortedSegmentSum-stacked_num_segments",
+           lambda x, ids, num: tf.ensure_shape(tf.math.unsorted_segment_sum(x, ids, num),
+                                               [4, 3]),
            [[4, 3], [4], []], dtypes=[(F32, I32, I32)],
            patterns=[(True, True, True), (False, False, True)],
            make=[None, indices_below(4), constant(4)], loop_lengths=(1, 3), allow_fallback=True,
