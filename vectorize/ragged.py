@@ -56,8 +56,12 @@ class RaggedRows(NamedTuple):
 
   @property
   def row_ids(self):
-    """`[sum(row_lengths)]`: the iteration of each row of `values`."""
-    return tf.repeat(tf.range(tf.size(self.row_lengths)), self.row_lengths)
+    """`[sum(row_lengths)]`: the iteration of each row of `values`: a running count of the
+    iterations starting at or before each row (empty ones share the next one's start; ones
+    starting at the end count nowhere). One bincount and one cumsum, no [n, longest] mask."""
+    total = tf.reduce_sum(self.row_lengths)
+    starts = tf.math.bincount(self.row_starts, minlength=total, maxlength=total)
+    return tf.cumsum(starts) - 1
 
   @property
   def positions(self):
