@@ -54,7 +54,8 @@ def test_explain_names_op_type_and_cause_of_an_op_with_no_converter():
 
 def test_explain_gives_the_reason_naming_the_input_when_a_converter_declines():
   def body(i):
-    shape = tf.stack([2, 3 + i * 0])                   # a per-iteration shape argument
+    shape = tf.stack([-1, 3 + i * 0])   # a per-iteration shape argument (-1: the graph
+                                        # does not know the output shape)
     return tf.reshape(X[i], shape)
 
   e = explain(body, 4)
@@ -65,7 +66,7 @@ def test_explain_gives_the_reason_naming_the_input_when_a_converter_declines():
 
 
 def test_explain_with_fallback_off_reports_where_the_conversion_stopped():
-  e = explain(lambda i: tf.reshape(X[i], tf.stack([2, 3 + i * 0])), 4,
+  e = explain(lambda i: tf.reshape(X[i], tf.stack([-1, 3 + i * 0])), 4,
               fallback_to_while_loop=False)
   assert "Reshape" in e.error and e.num_fallbacks == 0
   assert "conversion stopped" in str(e)
