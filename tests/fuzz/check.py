@@ -245,6 +245,11 @@ def run_mode(program, loaded, mode, expected):
     if (mode == "grad" and outcome.category == "crash" and
         _graph_gradient_fails(program, loaded, n)):
       return Outcome("invalid", f"{headline(e)}; the loop's gradient fails in a graph too")
+    if (mode != "grad" and outcome.category == "crash" and
+        _compiled_loop(loaded, n, jit_compile=False) is None):
+      # pfor traces the body in a graph: a body that runs eagerly only is not vectorize's
+      # failure (a tape's gradient is an IndexedSlices in a graph, a tensor eagerly).
+      return Outcome("invalid", f"{headline(e)}; the loop fails in a graph too")
     return outcome
   outcome = compare(got, want)
   if outcome and mode == "grad" and outcome.category in ("wrong_value", "nan_mismatch"):
