@@ -179,7 +179,7 @@ def _convert_multinomial(op):
     sample = op.rebuild([values.merge_leading(logits), num_samples])[0]  # [n*b, s]
     return stacked(values.split_leading(sample, op.ctx.n, b))
   logits = op.invariant(0)
-  n = op.ctx.static_n if op.ctx.static_n is not None else op.ctx.n
+  n = values.loop_length(op.ctx)
   sample = op.rebuild([logits, num_samples * tf.cast(n, num_samples.dtype)])[0]
   b = values.dynamic_shape(logits)[0]
   s = tf.get_static_value(num_samples)
@@ -194,7 +194,7 @@ def _convert_random_shuffle(op):
   if values.rank(v.tensor) == (1 if v.stacked else 0):
     return v  # a scalar shuffles to itself
   length = values.dynamic_shape(v.tensor)[1 if v.stacked else 0]
-  n = op.ctx.static_n if op.ctx.static_n is not None else op.ctx.n
+  n = values.loop_length(op.ctx)
   # float64 keys: ties, which would bias the permutation, have probability ~ length**2 / 2**53.
   keys = op.rebuild([_as_shape([n, length])], attrs={"dtype": tf.float64, "T": tf.int32},
                     op_type="RandomUniform")[0]
