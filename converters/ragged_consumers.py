@@ -18,13 +18,6 @@ from vectorize.errors import Unvectorizable
 from vectorize.values import invariant, stacked
 
 
-def _rank(tensor):
-  r = tensor.shape.rank
-  if r is None:
-    raise Unvectorizable(f"{tensor.name} has unknown rank")
-  return r
-
-
 def _common_rows(op):
   """The RaggedRows of op's ragged inputs, which must agree (checked at run time when they
   are not the same tensors), and the checks to depend on."""
@@ -33,7 +26,7 @@ def _common_rows(op):
       tf.reduce_all(tf.equal(r.row_lengths, rows[0].row_lengths)),
       [f"vectorize: {op.op.name}: operands of different sizes in the same iteration"])
             for r in rows[1:] if r.row_lengths is not rows[0].row_lengths]
-  if any(_rank(r.values) != _rank(rows[0].values) for r in rows):
+  if any(values.rank(r.values) != values.rank(rows[0].values) for r in rows):
     raise Unvectorizable("ragged operands of different ranks")
   return rows[0], checks
 
@@ -41,7 +34,7 @@ def _common_rows(op):
 def _per_row(tensor, rows, rank):
   """A stacked operand `[n] + s` as one row per flat row, `[total] + 1s + s`, padded to
   broadcast against flat values of rank `rank`, as it does against each iteration's value."""
-  s = _rank(tensor) - 1
+  s = values.rank(tensor) - 1
   if s >= rank:
     if s == rank and tensor.shape[1] == 1:
       return _per_row(tensor[:, 0], rows, rank)
@@ -50,7 +43,7 @@ def _per_row(tensor, rows, rank):
 
 
 def _broadcast_invariant(tensor, rank):
-  s = _rank(tensor)
+  s = values.rank(tensor)
   if s > rank or (s == rank and tensor.shape[0] != 1):
     raise Unvectorizable("a loop-invariant operand would broadcast along the ragged axis")
   return tensor
@@ -61,7 +54,7 @@ def _broadcast_invariant(tensor, rank):
 def _convert_elementwise(op):
   """Elementwise ops on the flat values; operands of each kind aligned row by row."""
   rows, checks = _common_rows(op)
-  rank = _rank(rows.values)
+  rank = values.rank(rows.values)
   args = []
   for v in op.inputs:
     if ragged.is_ragged(v):
@@ -122,7 +115,7 @@ def _convert_reduction(op):
   """Over later axes only: the flat values reduce as they are (still ragged). Over the
   first axis: a segment reduction by iteration, then the other axes: stacked."""
   rows = op.value(0).tensor
-  rank = _rank(rows.values)
+  rank = values.rank(rows.values)
   axes = op.static_value(1)
   axes = sorted({int(a) % rank for a in np.reshape(axes, [-1])}) if rank else []
   keep_dims = op.attr("keep_dims")
@@ -157,7 +150,7 @@ def _mean(sums, count):
 def _ragged_ids(op, data_input, ids_input):
   """The flat data and 1-D ids (ragged alike, checked at run time), and the row ids."""
   data, ids = op.value(data_input), op.value(ids_input)
-  if not (ragged.is_ragged(data) and ragged.is_ragged(ids)) or _rank(ids.tensor.values) != 1:
+  if not (ragged.is_ragged(data) and ragged.is_ragged(ids)) or values.rank(ids.tensor.values) != 1:
     raise Unvectorizable("segment ids of another size than the data's first axis")
   rows = data.tensor
   check = tf.debugging.Assert(
@@ -216,7 +209,7 @@ def _convert_cumsum(op):
   added (exact for integers; floats fall back, where the difference would round). Later
   axes: on the flat values."""
   rows = op.value(0).tensor
-  axis = int(op.static_value(1)) % _rank(rows.values)
+  axis = int(op.static_value(1)) % values.rank(rows.values)
   if axis:
     return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
   if not rows.dtype.is_integer:
@@ -237,7 +230,7 @@ def _convert_dense_bincount(op):
   result is ragged where the size differs per iteration."""
   rows = op.value(0).tensor
   weights = op.value(2)
-  if _rank(rows.values) != 1 or ragged.is_ragged(op.value(1)):
+  if values.rank(rows.values) != 1 or ragged.is_ragged(op.value(1)):
     raise Unvectorizable("bin counts of a ragged value of rank other than 1")
   size = tf.cast(values.stack(op.value(1), op.ctx.n), tf.int32)          # [n]
   out = ragged.RaggedRows(rows.values, size)
@@ -247,7 +240,7 @@ def _convert_dense_bincount(op):
   target = tf.where(inside, tf.gather(out.row_starts, ids) + bin_index, -1)
   if ragged.is_ragged(weights):
     amounts = weights.tensor.values
-  elif weights.stacked or _rank(weights.tensor) != 1 or weights.tensor.shape[0] != 0:
+  elif weights.stacked or values.rank(weights.tensor) != 1 or weights.tensor.shape[0] != 0:
     raise Unvectorizable("bin count weights of another layout")
   else:
     amounts = tf.ones_like(bin_index, weights.tensor.dtype)
@@ -291,7 +284,7 @@ def _convert_squeeze(op):
   """Later axes: on the flat values. The first axis: every iteration must have one row,
   and the flat values are then the stacked result."""
   rows = op.value(0).tensor
-  rank = _rank(rows.values)
+  rank = values.rank(rows.values)
   dims = sorted({d % rank for d in op.attr("squeeze_dims")})
   if not dims:
     raise Unvectorizable("squeeze with no axes of a value of per-iteration size")
@@ -311,7 +304,7 @@ def _convert_expand_dims(op):
   """A new axis after the first: on the flat values."""
   rows = op.value(0).tensor
   axis = int(op.static_value(1))
-  axis = axis % (_rank(rows.values) + 1)
+  axis = axis % (values.rank(rows.values) + 1)
   if axis == 0:
     raise Unvectorizable("a new first axis would move the ragged axis")
   return ragged.same_rows(tf.expand_dims(rows.values, axis), rows)
@@ -362,7 +355,7 @@ def _convert_strided_slice(op):
   else:
     begin, end = op.static_value(1), op.static_value(2)
     if not np.size(begin) or (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
-                              np.size(begin) <= _rank(rows.values)):
+                              np.size(begin) <= values.rank(rows.values)):
       return ragged.same_rows(
           op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
           rows)                                           # the first axis is left whole
@@ -428,7 +421,7 @@ def _convert_pad(op):
   """First axis: each output row reads its source row or the constant; later axes (the
   same paddings in every iteration): on the flat values."""
   rows = op.value(0).tensor
-  rank = _rank(rows.values)
+  rank = values.rank(rows.values)
   constant = op.invariant(2) if op.type == "PadV2" else tf.zeros([], rows.dtype)
   paddings = tf.cast(op.value(1).tensor, tf.int32)
   flat = rows.values
@@ -457,7 +450,7 @@ def _convert_concat(op):
   flat values."""
   num = op.num_inputs - 1
   pieces = op.inputs[:num]
-  rank = _rank(op.op.inputs[0])
+  rank = values.rank(op.op.inputs[0])
   axis = int(op.static_value(num)) % rank
   if axis:
     if not all(ragged.is_ragged(v) for v in pieces):
@@ -512,13 +505,13 @@ def _convert_gather(op):
     raise Unvectorizable("gather with batch_dims of a value of per-iteration size")
   if ragged.is_ragged(params):
     rows = params.tensor
-    axis = axis % _rank(rows.values)
+    axis = axis % values.rank(rows.values)
     if axis:
       if indices.stacked:
         raise Unvectorizable("per-iteration indices along a later axis of a ragged value")
       return ragged.same_rows(tf.gather(rows.values, indices.tensor, axis=axis), rows)
     return _gather_rows(op, rows, indices)
-  if axis != 0 and axis != -_rank(op.op.inputs[0]):
+  if axis != 0 and axis != -values.rank(op.op.inputs[0]):
     raise Unvectorizable("ragged indices along a later axis")
   index_rows = indices.tensor
   index = index_rows.values
@@ -530,7 +523,7 @@ def _convert_gather(op):
   offsets = tf.cast(index_rows.row_ids, index.dtype) * m
   flat_params = values.merge_leading(params.tensor)
   with tf.control_dependencies([_index_check(op, index, m)]):
-    offsets = values.expand_after_loop_axis(offsets, _rank(index) - 1)
+    offsets = values.expand_after_loop_axis(offsets, values.rank(index) - 1)
     return ragged.same_rows(tf.gather(flat_params, index + offsets), index_rows)
 
 
@@ -541,7 +534,7 @@ def _gather_rows(op, rows, indices):
     index_rows = indices.tensor
     index = index_rows.values
     ids = index_rows.row_ids
-    rank = _rank(index)
+    rank = values.rank(index)
     limit = values.expand_after_loop_axis(tf.cast(tf.gather(rows.row_lengths, ids),
                                                   index.dtype), rank - 1)
     offset = values.expand_after_loop_axis(tf.cast(tf.gather(starts, ids), index.dtype),
@@ -549,7 +542,7 @@ def _gather_rows(op, rows, indices):
     with tf.control_dependencies([_index_check(op, index, limit)]):
       return ragged.same_rows(tf.gather(rows.values, index + offset), index_rows)
   index = values.stack(indices, op.ctx.n)                        # [n] + s
-  rank = _rank(index) - 1
+  rank = values.rank(index) - 1
   limit = values.expand_after_loop_axis(tf.cast(rows.row_lengths, index.dtype), rank)
   offset = values.expand_after_loop_axis(tf.cast(starts, index.dtype), rank)
   with tf.control_dependencies([_index_check(op, index, limit)]):
