@@ -16,15 +16,33 @@ from benchmarks import workload as wl
 from benchmarks import workloads
 
 
+_NOT_INSTALLED = "is not installed (pip install -e '.[bench]')"
+
+
+def _run_form(form):
+  """A form's result, or None when the form is a comparison with a package of the bench
+  extra (TFP) and the test extra alone is installed."""
+  try:
+    return tf.function(form)()
+  except Exception as e:  # pylint: disable=broad-except
+    if _NOT_INSTALLED in str(e):
+      return None
+    raise
+
+
 @pytest.mark.parametrize("workload", workloads.ALL, ids=lambda w: w.name)
 def test_forms_agree_with_hand_batched(workload):
   forms = workload.build(2, False)
   assert set(forms) == set(wl.FORMS)
-  expected = tf.function(forms[wl.HAND])()
+  expected = _run_form(forms[wl.HAND])
+  if expected is None:
+    pytest.skip("the hand-batched form needs the bench extra (tensorflow-probability)")
   for form in (wl.VECTORIZE, wl.LOOP, wl.TF_PFOR):
     if form in workload.crashes:
       continue
-    actual = tf.function(forms[form])()
+    actual = _run_form(forms[form])
+    if actual is None and form != wl.VECTORIZE:
+      continue
     assert timing.max_rel_error(actual, expected) < 1e-4, form
 
 
