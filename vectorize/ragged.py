@@ -27,6 +27,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from vectorize import options
+from vectorize import registry
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.values import Value
 
@@ -189,15 +190,7 @@ def register(*op_types):
   It has the registry's signature (`OpInput` -> Value or list of Values) and may return
   ragged Values (`ragged`, `same_rows`).
   """
-
-  def decorate(converter):
-    for op_type in op_types:
-      if op_type in _CONVERTERS:
-        raise ValueError(f"A ragged converter for {op_type!r} is already registered.")
-      _CONVERTERS[op_type] = converter
-    return converter
-
-  return decorate
+  return registry.registering_into(_CONVERTERS, op_types, "A ragged converter")
 
 
 def register_elementwise(converter):

@@ -16,12 +16,18 @@ _CONVERTERS = {}
 
 def register(*op_types):
   """Decorator registering one converter for the given op types; duplicates raise."""
+  return registering_into(_CONVERTERS, op_types, "A converter")
+
+
+def registering_into(table, op_types, what):
+  """A decorator that enters its converter in `table` under each op type; a second entry for
+  one type raises naming `what` (the ragged table uses it too)."""
 
   def decorate(converter):
     for op_type in op_types:
-      if op_type in _CONVERTERS:
-        raise ValueError(f"A converter for {op_type!r} is already registered.")
-      _CONVERTERS[op_type] = converter
+      if op_type in table:
+        raise ValueError(f"{what} for {op_type!r} is already registered.")
+      table[op_type] = converter
     return converter
 
   return decorate
