@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_array_ops
 
 from vectorize import options
-from vectorize.values import shape_vector
+from vectorize.values import merge_leading, shape_vector
 
 
 def for_output(dtype, shape, n, chunk_size):
@@ -58,6 +58,24 @@ class ChunkArray:
 
   def result(self, array):
     return array.concat()
+
+
+class FullChunks:
+  """The outputs of a fixed number of chunks of one static size (XLA's chunked loop): a
+  TensorArray of `[chunk_size] + shape` chunks, stacked and merged into rows at the end."""
+
+  def __init__(self, dtype, shape, num_chunks, chunk_size):
+    self.array = tf.TensorArray(dtype, size=num_chunks,
+                                element_shape=tf.TensorShape([chunk_size]).concatenate(shape))
+
+  def initial(self):
+    return self.array
+
+  def write(self, array, k, chunk):
+    return array.write(k, chunk)
+
+  def result(self, array):
+    return merge_leading(array.stack())
 
 
 @tf.custom_gradient

@@ -75,8 +75,11 @@ def whole_loop_context(n, static_n, fallback_allowed, report):
 
 
 def chunk_context(start, size, fallback_allowed, report):
-  """The Context of the iterations `[start, start + size)`, size known at run time."""
-  return Context(n=size, indices=tf.range(start, start + size), static_n=None,
+  """The Context of the iterations `[start, start + size)`; `size` a Python int (static, as
+  XLA needs: `start + range(size)` then has a constant length) or a run-time tensor."""
+  static_size = size if isinstance(size, int) else None
+  return Context(n=tf.constant(size) if static_size is not None else size,
+                 indices=start + tf.range(size), static_n=static_size,
                  fallback_allowed=fallback_allowed, report=report, active_set=_active_set())
 
 
@@ -116,6 +119,9 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
       values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
                                                            report))
       flat = [ragged.output_tensor(v, n, stack) for v in values]
+    elif static_n is not None and options.compiled_by_xla():
+      flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,
+                                                   fallback_allowed, report)
     else:
       flat, operations = _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed,
                                             report)
@@ -153,6 +159,40 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed, report):
     flat.append(out)
   done = tf.group(results[0])   # the final chunk start: after every step
   return flat, [done] * len(body.traced.markers)
+
+
+def _convert_in_static_chunks(body, n, chunk_size, fallback_allowed, report):
+  """Chunks of one static size each, as XLA needs: a while loop over the `n // chunk_size`
+  full chunks, the rest (`n % chunk_size` iterations) converted once more after it. Every
+  lane is a real iteration (no padding lane runs an iteration twice, side effects included).
+  """
+  full, rest = divmod(n, chunk_size)
+  places = [chunk_outputs.FullChunks(t.dtype, t.shape, full, chunk_size)
+            for t in body.graph.outputs]
+
+  def convert(start, size):
+    values, operations = body.convert(chunk_context(start, size, fallback_allowed, report))
+    for v in values:
+      ragged.refuse_in_chunks(v)
+    return [stack(v, size) for v in values], operations
+
+  def step(k, *stores):
+    outs, operations = convert(k * chunk_size, chunk_size)
+    with tf.control_dependencies(operations):
+      return (k + 1,) + tuple(p.write(s, k, tf.identity(o))
+                              for p, s, o in zip(places, stores, outs))
+
+  results = tf.while_loop(lambda k, *_: k < full, step,
+                          (tf.constant(0),) + tuple(p.initial() for p in places),
+                          parallel_iterations=1, maximum_iterations=full)  # XLA's gradient
+  flat = [p.result(store) for p, store in zip(places, results[1:])]
+  done = [results[0]]
+  if rest:
+    with tf.control_dependencies(done):   # after the full chunks, as iterations are ordered
+      outs, operations = convert(tf.constant(full * chunk_size), rest)
+    flat = [tf.concat([f, o], 0) for f, o in zip(flat, outs)]
+    done += operations
+  return flat, [tf.group(done)] * len(body.traced.markers)
 
 
 def _wants_config(loop_fn):

@@ -24,12 +24,22 @@ def test_chunked_outputs_equal_the_loop(mode, n, chunk):
   testing.assert_allclose(actual, testing.sequential(_body, n, testing.output_spec(_body)))
 
 
-@pytest.mark.xfail(strict=True, reason="a chunk's loop indices, tf.range(start, start + "
-                   "size) in engine.chunk_context, are not compile-time constants, which XLA "
-                   "requires (before and after chunk_outputs)")
-def test_chunked_outputs_under_xla():
-  actual = testing.run_pfor(_body, 7, mode="xla", parallel_iterations=3)
-  testing.assert_allclose(actual, testing.sequential(_body, 7, testing.output_spec(_body)))
+@pytest.mark.parametrize("n,chunk", [(7, 3), (6, 3), (2, 5), (0, 2)])
+def test_chunked_outputs_under_xla(n, chunk):
+  # Full chunks in a loop, the rest converted once more: every chunk has a static size.
+  actual = testing.run_pfor(_body, n, mode="xla", parallel_iterations=chunk)
+  testing.assert_allclose(actual, testing.sequential(_body, n, testing.output_spec(_body)))
+
+
+def test_chunks_under_xla_run_each_iteration_once():
+  total = tf.Variable(0)
+
+  def body(i):
+    total.assign_add(i + 1)
+    return i
+
+  tf.function(lambda: vectorize.pfor(body, 7, parallel_iterations=3), jit_compile=True)()
+  assert int(total.numpy()) == sum(range(1, 8))
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -43,7 +53,7 @@ def test_gradients_through_chunked_outputs_equal_the_unchunked(jit):
       total = tf.reduce_sum(rows * tf.range(7, dtype=tf.float32)[:, None, None])
     return tape.gradient(total, w)
 
-  chunked = tf.function(lambda: loss(3))()   # chunks do not compile under XLA (above)
+  chunked = tf.function(lambda: loss(3), jit_compile=jit)()
   whole = tf.function(lambda: loss(None), jit_compile=jit)()
   np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-6)
 
