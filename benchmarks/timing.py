@@ -27,12 +27,16 @@ def rounds(forms, num_rounds, calls):
   """Per-round times of each form: {name: [seconds per round]}.
 
   In each round every form runs `calls[name]` times back to back (the best of them counts),
-  forms interleaved, so a slow spell of the machine hits all forms of a round alike.
+  forms interleaved, so a slow spell of the machine hits all forms of a round alike. Every
+  other round runs the forms in reverse order: a form that always ran after a given one
+  (whose data it finds in cache, or whose threads it waits out) was 5% off on the linear
+  workload against the same ops in alternating order.
   """
   times = {name: [] for name in forms}
-  for _ in range(num_rounds):
-    for name, fn in forms.items():
-      times[name].append(min(seconds(fn) for _ in range(calls[name])))
+  for k in range(num_rounds):
+    order = list(forms) if k % 2 == 0 else list(forms)[::-1]
+    for name in order:
+      times[name].append(min(seconds(forms[name]) for _ in range(calls[name])))
   return times
 
 

@@ -90,6 +90,14 @@ def test_measure_flags_wrong_and_failing_forms():
   assert measure.ratio(records, wl.TF_PFOR, wl.HAND) is None
 
 
+def test_rounds_alternate_the_order_of_forms():
+  calls = []
+  forms = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+  times = timing.rounds(forms, 3, {name: 1 for name in forms})
+  assert calls == list("abc") + list("cba") + list("abc")
+  assert [len(t) for t in times.values()] == [3, 3, 3]
+
+
 def test_ratios_and_geomean():
   assert timing.median_ratio([2.0, 4.0, 30.0], [1.0, 1.0, 10.0]) == 3.0
   assert report.geomean([1.0, 4.0, None]) == pytest.approx(2.0)
