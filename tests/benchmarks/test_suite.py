@@ -167,3 +167,15 @@ def test_profile_parts():
   assert part("/venv/site-packages/tensorflow/python/framework/ops.py", "f") == (
       "TF op layer and tracing")
   assert part("/usr/lib/python3.11/ast.py", "visit") == "other (Python, numpy)"
+
+
+def test_merge_orders_workloads_as_the_suite():
+  from benchmarks import merge   # pylint: disable=g-import-not-at-top
+  head = {"device": "test CPU", "tensorflow": "x", "date": "today", "quick": True,
+          "grappler": True}
+  first = dict(head, command="run a", rounds=5,
+               workloads=[{"name": "map_fn"}, {"name": "linear"}])
+  second = dict(head, command="run b", rounds=7, workloads=[{"name": "convnet"}])
+  result = merge.merged([first, second])
+  assert [e["name"] for e in result["workloads"]] == ["linear", "convnet", "map_fn"]
+  assert result["rounds"] == 5 and result["command"] == "run a and run b"
