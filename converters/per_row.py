@@ -7,9 +7,15 @@ cannot be stacked), so each row's output shapes are compared with the first row'
 error naming the op and the fix (per row for outputs of unknown rank, else once after the
 loop: fewer ops in each step). Loop-invariant inputs are passed whole. With no iteration
 the loop does not run and the outputs are empty (unknown dims 0).
+
+Where every output's rank is known, the loop runs bare even when n is known only at run
+time: the stack takes its row shape at run time (the first row's, or the static shape with
+unknown dims 0 when there is no row), so no `tf.cond` guards the empty case. A conditional
+there costs each tf.data iterator a Grappler pass over two more functions.
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import list_ops
 
 from vectorize.registry import register
 from vectorize.values import stacked
@@ -30,9 +36,22 @@ def _same_shape(shape, first):
   return tf.equal(*padded)
 
 
+def _static_or_zero(t):
+  """The output's static row shape, unknown dims 0: the shape of an empty stack."""
+  return [d or 0 for d in t.shape.as_list()]
+
+
 def _empty(t):
-  return tf.zeros([0] + [d or 0 for d in t.shape.as_list()] if t.shape.rank is not None
-                  else [0], t.dtype)
+  return tf.zeros([0] + _static_or_zero(t) if t.shape.rank is not None else [0], t.dtype)
+
+
+def _stacked_rows(array, row_shapes, like):
+  """The rows of `array` stacked, `[n] + row shape`: the first row's shape (`row_shapes`,
+  `[n, rank]`) or, with no row, the static one with unknown dims 0."""
+  first = tf.concat([row_shapes, [_static_or_zero(like)]], 0)[0]
+  rows = list_ops.tensor_list_stack(array.flow, like.dtype, element_shape=first)
+  rows.set_shape(tf.TensorShape([None]).concatenate(like.shape))
+  return rows
 
 
 def map_rows(op):
@@ -51,7 +70,8 @@ def map_rows(op):
   # the stack); of unknown rank, with the first row's inside the loop.
   ranked = [t.shape.rank is not None for t in outputs]
 
-  def run(n):
+  def loop(n):
+    """(TensorArrays of the outputs' rows, `[n, rank]` row shapes of the ranked ones)."""
     first = [tf.shape(t) for t in row(0)] if not all(ranked) else None
 
     def body(i, arrays, shape_arrays):
@@ -70,17 +90,23 @@ def map_rows(op):
         lambda i, *_: i < n, body, (tf.constant(0), arrays, shape_arrays),
         parallel_iterations=_PARALLEL_ROWS)
     shapes = [a.stack() for a in shape_arrays]
-    checks = [check(tf.equal(s, s[:1]), message) for s in shapes]
+    return arrays, shapes, [check(tf.equal(s, s[:1]), message) for s in shapes]
+
+  n = op.ctx.n
+  if all(ranked):        # no row needed before the loop: it may run zero times
+    arrays, shapes, checks = loop(n)
+    with tf.control_dependencies(checks):
+      return [stacked(_stacked_rows(a, s, t)) for a, s, t in zip(arrays, shapes, outputs)]
+
+  def run(n):
+    arrays, _, checks = loop(n)
     with tf.control_dependencies(checks):
       return [a.stack() for a in arrays]
 
-  n = op.ctx.n
   if op.ctx.static_n is not None:
     return [stacked(t) for t in (run(n) if op.ctx.static_n else map(_empty, outputs))]
   return [stacked(t) for t in tf.cond(n > 0, lambda: run(n),
                                       lambda: [_empty(t) for t in outputs])]
-
-
 register(
     "DecodeAndCropJpeg",
     "DecodeBmp",

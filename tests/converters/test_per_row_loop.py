@@ -27,3 +27,42 @@ def test_the_loop_is_a_while_loop_of_ours(mode):
   assert "MapDefun" not in types
   np.testing.assert_array_equal(testing.run_pfor(
       lambda i: tf.io.decode_png(_PNGS[i, 0], channels=3), 3, mode=mode), _PIXELS[:, 0])
+
+
+def _graph_types(n_spec):
+  fn = tf.function(lambda n: vectorize.pfor(lambda i: tf.io.decode_png(_PNGS[0, i], channels=3),
+                                            n, fallback_to_while_loop=False))
+  return set(testing.all_op_types(fn.get_concrete_function(n_spec).graph))
+
+
+def test_a_run_time_n_needs_no_conditional():
+  """Outputs of known rank stack with a run-time row shape, so no tf.cond guards n = 0 (a
+  cond costs each tf.data iterator a Grappler pass over its branches)."""
+  types = _graph_types(tf.TensorSpec([], tf.int32))
+  assert not types & {"If", "StatelessIf"}
+  assert "While" in types or "StatelessWhile" in types
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_run_time_n_equals_the_loop(n):
+  expected = _PIXELS[0, :n] if n else np.zeros([0, 0, 0, 3], np.uint8)   # unknown dims 0
+  testing.assert_allclose(testing.run_pfor(
+      lambda i: tf.io.decode_png(_PNGS[0, i], channels=3), n, mode="dynamic"), expected)
+
+
+def test_rows_of_different_sizes_name_the_op_at_a_run_time_n():
+  pngs = tf.constant([tf.io.encode_png(np.zeros([h, 2, 1], np.uint8)).numpy() for h in (2, 3)])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="DecodePng .* different sizes"):
+    testing.run_pfor(lambda i: tf.io.decode_png(pngs[i]), 2, mode="dynamic")
+
+
+def test_map_and_batch_with_a_short_last_batch():
+  pngs = tf.reshape(_PNGS, [-1])
+  dataset = tf.data.Dataset.from_tensor_slices(pngs)
+  decode = lambda png: tf.io.decode_png(png, channels=3)
+  expected = list(dataset.map(decode).batch(4))
+  actual = list(dataset.apply(vectorize.data.map_and_batch(decode, 4,
+                                                           fallback_to_while_loop=False)))
+  assert [a.shape for a in actual] == [e.shape for e in expected]   # 4, 2
+  for a, e in zip(actual, expected):
+    np.testing.assert_array_equal(a, e)
