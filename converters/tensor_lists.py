@@ -128,10 +128,16 @@ def _convert_tensor_list_reserve(op):
                          "static capacity under XLA; give it a size that is the same in "
                          "every iteration")
   sizes = tf.cast(op.stacked(1), tf.int32)
-  shape = tf.get_static_value(op.invariant(0))
-  if shape is None or np.ndim(shape) == 0:
+  shape_tensor = op.invariant(0)
+  shape = tf.get_static_value(shape_tensor)
+  if shape is not None and np.ndim(shape) == 1:
+    element_shape = tf.TensorShape([None if d < 0 else int(d) for d in shape])
+  elif shape is None and shape_tensor.shape.rank == 1 and shape_tensor.shape[0] is not None:
+    # Known only at run time (a gradient's list shaped like the forward one): the first
+    # write gives the dims (lists.fit_elements).
+    element_shape = tf.TensorShape([None] * shape_tensor.shape[0])
+  else:
     raise Unvectorizable("a TensorList of a per-iteration size with elements of unknown rank")
-  element_shape = tf.TensorShape([None if d < 0 else int(d) for d in np.reshape(shape, [-1])])
   return _list_value(lists.reserved(sizes, element_shape, op.attr("element_dtype")))
 
 
@@ -196,7 +202,10 @@ def _convert_tensor_list_length(op):
 @register("TensorListElementShape")
 def _convert_tensor_list_element_shape(op):
   dense = _dense(op, 0)
-  return invariant(tf.cast(tf.shape(dense.buffer)[2:], op.op.outputs[0].dtype))
+  dtype = op.op.outputs[0].dtype
+  if dense.buffer.shape[2:].is_fully_defined():
+    return invariant(tf.constant(dense.buffer.shape[2:].as_list(), dtype))
+  return invariant(tf.cast(tf.shape(dense.buffer)[2:], dtype))
 
 
 @register("TensorListResize")

@@ -230,3 +230,71 @@ def test_per_iteration_cond_in_a_loop_with_per_iteration_trips(mode):
       return j + 1, c + extra
     return tf.while_loop(lambda j, c: j < i, step, (0, X7[i]), maximum_iterations=5)[1]
   testing.check_against_loop(body, 4, mode=mode)
+
+
+X9 = tf.constant(np.random.default_rng(0).standard_normal([4, 3, 1]), tf.float32)
+SIGNS9 = tf.constant([-1., -2., 3., -4.])
+W9 = tf.ones([3, 3])
+
+
+def _gradient_of_a_gather_in_one_branch(i):
+  """The gradient of the cond is an IndexedSlices: in one branch the 2 gathered rows, in
+  the other a dense zero gradient seen as 3 rows."""
+  xi = X9[i]
+  with tf.GradientTape() as tape:
+    tape.watch(xi)
+    out = tf.cond(SIGNS9[i] > 0.0, lambda: W9,
+                  lambda: tf.tanh(W9) + tf.reduce_mean(tf.gather(xi, [1, 2])))
+    loss = tf.reduce_sum(tf.square(out))
+  return tape.gradient(loss, xi, unconnected_gradients="zero")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_branches_giving_values_of_other_sizes_merge_as_ragged(n, mode):
+  """Fuzz seed 1003004, shrunk ('Dimension 0 in both shapes must be equal, but are 3 and
+  2' in DynamicStitch): the branches' outputs now merge as a ragged value, and the dense
+  shape, the same constant in both branches, stays loop-invariant."""
+  testing.check_against_loop(_gradient_of_a_gather_in_one_branch, n, mode=mode)
+
+
+def test_branches_giving_values_of_other_sizes_under_xla_is_a_clear_error():
+  fn = tf.function(lambda: vectorize.pfor(_gradient_of_a_gather_in_one_branch, 4,
+                                          fallback_to_while_loop=False), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="rows depending on the branch taken"):
+    fn()
+
+
+def _gradient_of_a_tensor_array_gather_in_one_branch(i):
+  xi = X9[i]
+  with tf.GradientTape() as tape:
+    tape.watch(xi)
+    def gathered():
+      rows = tf.TensorArray(tf.float32, 3).unstack(xi).gather([1, 2])
+      return tf.tanh(W9) + tf.reduce_mean(rows)
+    loss = tf.reduce_sum(tf.square(tf.cond(SIGNS9[i] > 0.0, lambda: W9, gathered)))
+  return tape.gradient(loss, xi, unconnected_gradients="zero")
+
+
+@pytest.mark.parametrize("n,mode", [(1, "function"), (2, "function"), (1, "dynamic"),
+                                    (2, "dynamic"), (4, "dynamic")])
+def test_gradient_list_of_a_per_iteration_length_and_run_time_element_shape(n, mode):
+  """Fuzz seed 1003004: the gradient of a TensorArray gather reserves a list shaped like
+  the forward one (`TensorListElementShape`), known at run time only; it was refused as of
+  unknown rank ('a TensorList of a per-iteration size with elements of unknown rank').
+  At a static n = 2 (both lanes in one branch) the branch was then skipped: Grappler folded
+  the Size of its positions to 0."""
+  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, n,
+                             mode=mode)
+
+
+@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason="active_set.py "
+                   "or TF's Grappler: with a static n, constant folding gives a part of a "
+                   "partitioned conditional another part's size (a TensorList intermediate "
+                   "under a tape; 'data[1].shape = [1] does not start with indices[1].shape "
+                   "= [3]' in DynamicStitch); passes with n known at run time, or with "
+                   "constant folding off")
+def test_gradient_list_in_one_branch_with_a_static_n():
+  """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other)."""
+  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, 4,
+                             mode="function")
