@@ -3,10 +3,10 @@
 XLA copies whatever passes through a conditional, so a dispatch (`tf.switch_case`) that
 carried every register would cost the whole state at every step (measured: 50 us a step
 for 60 registers of `[100, 10]`, against 3 us for the arithmetic). A block instead returns
-only the registers it writes, as *slots*: per type, a `[width, batch, ...]` tensor, padded
+only the registers it writes, as *slots*: per type, `width` values of `[batch, ...]`, padded
 to the most registers of that type any block writes. After the dispatch, one scatter per
-type writes the slots to the rows a static table gives for the block that ran; the last
-row of each file takes the padding.
+type writes the slots to the rows a static table gives for the block that ran (under XLA,
+behind one select of the members' lanes); the last row of each file takes the padding.
 """
 
 import numpy as np
@@ -56,26 +56,43 @@ class Layout:
     key, row = self.rows[var]
     return files[key][row]
 
+  def gathered(self, files, names, positions):
+    """The registers `names` at the lanes `positions` (register -> `[len(positions), ...]`):
+    one gather per file, not one per register (under XLA each gather is a kernel)."""
+    out = {}
+    for key in self.names:
+      wanted = [v for v in names if self.rows[v][0] == key]
+      if wanted:
+        rows = tf.gather(files[key], [self.rows[v][1] for v in wanted])
+        out.update(zip(wanted, tf.unstack(tf.gather(rows, positions, axis=1))))
+    return out
+
   def rows_of(self, files):
     """Every register's value, read lazily: one unstack per file, at its first read."""
     return _Rows(self, files)
 
   def slots_of(self, block, values):
-    """The slots of the block at dispatch index `block`, from `values` (register -> its
-    `[batch, ...]` value after the block), then padding."""
+    """The slots of the block at dispatch index `block`: per type, a `[width, batch, ...]`
+    tensor (register -> its value after the block), the padding repeating
+    a value (it lands in the spare row)."""
     out = {}
     for key, names in self.slots[block].items():
       if self.width[key]:
-        padding = self.width[key] - len(names)
+        filler = values[names[0] if names else self.names[key][0]]
         out[key] = tf.stack([values[v] for v in names] +
-                            [tf.zeros_like(values[self.names[key][0]])] * padding)
+                            [filler] * (self.width[key] - len(names)))
     return out
 
-  def written(self, files, block, slots):
-    """The files after the block at dispatch index `block` (a scalar tensor) ran."""
+  def written(self, files, block, slots, members=None):
+    """The files after the block at dispatch index `block` (a scalar tensor) ran. With
+    `members` (a `[batch]` mask), only their lanes change: one select per file here, not
+    one per register in every block (under XLA each is a kernel to compile)."""
     files = dict(files)
     for key, values in slots.items():
       rows = tf.gather(tf.constant(self.targets[key]), block)
+      if members is not None:
+        mask = tf.reshape(members, [1, -1] + [1] * (values.shape.rank - 2))
+        values = tf.where(mask, values, tf.gather(files[key], rows))
       files[key] = tf.tensor_scatter_nd_update(files[key], rows[:, None], values)
     return files
 

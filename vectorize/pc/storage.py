@@ -51,9 +51,10 @@ class Masked:
     return tf.gather(x, self.positions)
 
   def update(self, x, new):
-    mask = self.mask if x.shape.rank == 1 else tf.reshape(
-        self.mask, [-1] + [1] * (x.shape.rank - 1))
-    return tf.where(mask, new, x)
+    """`new` in every lane: the VM keeps only the members' lanes of what a block writes
+    to registers, after the dispatch (`registers.Layout.written`)."""
+    del x
+    return new
 
   def writing(self, flags):
     return flags & self.mask

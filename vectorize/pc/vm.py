@@ -128,10 +128,13 @@ class _Machine:
     land at once.
     """
     files, stacks = state["files"], state["stacks"]
-    k = tf.reduce_min(self.registers.read(files, "pc"))
+    pc = self.registers.read(files, "pc")
+    k = tf.reduce_min(pc)
+    members = (Masked if self.masked else Partitioned)(tf.equal(pc, k), self.lanes)
     slots, stacked = tf.switch_case(k, [
-        lambda block=block: self.block(block, files, stacks) for block in self.blocks])
-    files = self.registers.written(files, k, slots)
+        lambda block=block: self.block(block, files, stacks, members)
+        for block in self.blocks])
+    files = self.registers.written(files, k, slots, members.mask if self.masked else None)
     if self.masked:
       writes, stacked = stacked, dict(stacks)
       for key, (rows, values) in writes.items():
@@ -139,20 +142,20 @@ class _Machine:
         stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
     return [{"files": files, "stacks": stacked}]
 
-  def block(self, block, files, stacks):
-    """Runs `block` for its members: (its register slots, and the stack buffers with its
-    pushes, or under XLA its pushes as writes)."""
+  def block(self, block, files, stacks, members):
+    """Runs `block` for `members` (those waiting at it, found once per step, outside the
+    dispatch): (its register slots, and the stack buffers with its pushes, or under XLA
+    its pushes as writes)."""
     regs = _View(self.registers, files)
     self.stack_buffers = dict(stacks)
     pending = {}
-    members = (Masked if self.masked else Partitioned)(
-        tf.equal(regs["pc"], self.index[block.label]), self.lanes)
     term = block.terminator
     writes = [v for v in assigned(block.body) if v in self.registers]
     cond = term.cond if isinstance(term, ir.Branch) else None
     code = StraightLine(block.body, writes, cond, self.namespaces, self.program.types,
                         self.program.function_of(block.label).filename)
-    inputs = [members.gather(regs[r]) for r in code.reads]
+    read = self.registers.gathered(files, code.reads, members.positions)
+    inputs = [read[r] for r in code.reads]
     for instruction in block.body:
       if isinstance(instruction, (ir.Pop, ir.Peek)):
         inputs.append(self.top(regs, instruction.var, members))
