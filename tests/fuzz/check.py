@@ -1,10 +1,12 @@
 """Runs one program in each mode and classifies what happened.
 
-Each mode is compared with the sequential loop (tests/testing.py): eager, function, xla and
-dynamic (run-time n) through `testing.run_pfor`, n0 (n = 0, expected shapes from running
+Each mode is compared with the sequential loop: eager, function, xla and
+dynamic (run-time n) through `pfor_value`, n0 (n = 0, expected shapes from running
 iteration 0), and grad (the gradient of a fixed weighted sum of pfor's float outputs w.r.t.
 a captured float input, inside a tf.function, against the same through the eager loop).
-Fallback is off, so a silent fallback cannot pass.
+Fallback is off, so a silent fallback cannot pass. An output whose size differs per
+iteration (or a RaggedTensor the body returns) is compared with `tf.ragged.stack` of the
+loop's: row lengths exactly, values as dense ones.
 
 An outcome is one of: ok; `unsupported` (an op type with no converter: the next issue's
 work, not a failure); `invalid` (the loop itself fails: a generator bug, not vectorize's);
@@ -25,7 +27,6 @@ import numpy as np
 import tensorflow as tf
 
 import vectorize
-from tests import testing
 from tests.fuzz import ir
 
 MODES = ("eager", "function", "xla", "dynamic", "n0", "grad")
@@ -78,6 +79,9 @@ def classify_error(exc):
     m = re.search(r"no converter is registered for op type (\w+)", text)
     if m:
       return Outcome("unsupported", m.group(1))
+    m = re.search(r"op type (\w+) has no converter for ragged inputs", text)
+    if m:
+      return Outcome("unsupported", f"{m.group(1)} (ragged)")
     if "Fallback to a sequential loop is disabled" in text:
       return Outcome("refused", headline(exc))
   return Outcome("crash", headline(exc))
@@ -91,21 +95,77 @@ def compare(actual, expected, tol=2e-4):
   except (ValueError, TypeError) as e:
     return Outcome("wrong_shape", f"structure: {str(e).splitlines()[0]}")
   for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected)):
-    a, e = np.asarray(a), np.asarray(e)
-    if a.shape != e.shape:
-      return Outcome("wrong_shape", f"shape {a.shape} != expected {e.shape}")
-    if a.dtype != e.dtype:
-      return Outcome("wrong_dtype", f"dtype {a.dtype} != expected {e.dtype}")
-    if a.dtype.kind in "fc":
-      if not np.array_equal(np.isnan(a), np.isnan(e)):
-        return Outcome("nan_mismatch", "NaN where the loop has none, or the reverse")
-      finite = np.isfinite(e)
-      scale = max(1.0, float(np.max(np.abs(e[finite]), initial=0.0)))
-      if not np.allclose(a, e, rtol=tol, atol=tol * scale, equal_nan=True):
-        err = np.nanmax(np.abs(a - e)[finite]) if finite.any() else np.inf
-        return Outcome("wrong_value", f"float values differ (max abs error {err:.3g})")
-    elif not np.array_equal(a, e):
-      return Outcome("wrong_value", f"{a.dtype} values differ")
+    outcome = (_compare_ragged(a, e, tol) if _ragged(a) or _ragged(e) else
+               _compare_arrays(np.asarray(a), np.asarray(e), tol))
+    if outcome:
+      return outcome
+  return None
+
+
+def _ragged(x):
+  return isinstance(x, tf.RaggedTensor)
+
+
+def _compare_ragged(a, e, tol):
+  """pfor's RaggedTensor against the loop's (or its dense stack, where every iteration's
+  size happened to be the same; or an empty stack at n = 0)."""
+  if not _ragged(a):
+    return Outcome("wrong_shape", "a dense value where the loop's sizes differ per iteration")
+  if not _ragged(e):
+    e = np.asarray(e)
+    if e.shape[:1] == (0,):
+      return None if a.nrows() == 0 and a.dtype == e.dtype else Outcome(
+          "wrong_shape", f"{a.nrows()} rows, {a.dtype} at n = 0; expected none, {e.dtype}")
+    if e.ndim <= a.ragged_rank:
+      return Outcome("wrong_shape", f"ragged rank {a.ragged_rank} of a rank {e.ndim} value")
+    e = tf.RaggedTensor.from_tensor(e, ragged_rank=a.ragged_rank)
+  a, e = _fully_ragged(a), _fully_ragged(e)
+  lengths_a, lengths_e = a.nested_row_lengths(), e.nested_row_lengths()
+  if len(lengths_a) != len(lengths_e) or any(
+      not np.array_equal(np.asarray(x, np.int64), np.asarray(y, np.int64))
+      for x, y in zip(lengths_a, lengths_e)):
+    return Outcome("wrong_shape", "ragged row lengths differ")
+  return _compare_arrays(np.asarray(a.flat_values), np.asarray(e.flat_values), tol)
+
+
+def _fully_ragged(rt):
+  """`rt` with every axis past the first ragged: `tf.ragged.stack` makes dense values of
+  different shapes fully ragged, pfor keeps the axes the traced graph knows uniform; the
+  two are the same values."""
+  while rt.flat_values.shape.rank > 1:
+    rt = rt.with_flat_values(tf.RaggedTensor.from_tensor(rt.flat_values))
+  return rt
+
+
+def stack(values):
+  """The loop's iterations stacked as pfor stacks them: `tf.ragged.stack` where the sizes
+  differ (or the body returns RaggedTensors), else `tf.stack`."""
+  shapes = {tuple(v.shape) for v in values}
+  if any(_ragged(v) for v in values) or len(shapes) > 1 or None in next(iter(shapes)):
+    return tf.ragged.stack(values)
+  return tf.stack(values)
+
+
+def _numpy(x):
+  return x if _ragged(x) else np.asarray(x)
+
+
+def _compare_arrays(a, e, tol):
+  """The dense comparison of `compare` for one pair of numpy arrays."""
+  if a.shape != e.shape:
+    return Outcome("wrong_shape", f"shape {a.shape} != expected {e.shape}")
+  if a.dtype != e.dtype:
+    return Outcome("wrong_dtype", f"dtype {a.dtype} != expected {e.dtype}")
+  if a.dtype.kind in "fc":
+    if not np.array_equal(np.isnan(a), np.isnan(e)):
+      return Outcome("nan_mismatch", "NaN where the loop has none, or the reverse")
+    finite = np.isfinite(e)
+    scale = max(1.0, float(np.max(np.abs(e[finite]), initial=0.0)))
+    if not np.allclose(a, e, rtol=tol, atol=tol * scale, equal_nan=True):
+      err = np.nanmax(np.abs(a - e)[finite]) if finite.any() else np.inf
+      return Outcome("wrong_value", f"float values differ (max abs error {err:.3g})")
+  elif not np.array_equal(a, e):
+    return Outcome("wrong_value", f"{a.dtype} values differ")
   return None
 
 
@@ -130,7 +190,7 @@ def _loss(outs):
   """A scalar of the float outputs with fixed, position-dependent weights."""
   total = tf.constant(0.0)
   for o in tf.nest.flatten(outs):
-    o = tf.convert_to_tensor(o)
+    o = o.flat_values if _ragged(o) else tf.convert_to_tensor(o)
     if o.dtype.is_floating:
       w = tf.cos(tf.cast(tf.reshape(tf.range(tf.size(o)), tf.shape(o)), o.dtype))
       total += tf.cast(tf.reduce_sum(o * w), tf.float32)
@@ -155,8 +215,7 @@ def reference_gradient(loaded, n, k, numpy=True):
     tape.watch(args[k])
     body = loaded.make_body(*args)
     outs = [body(tf.constant(i)) for i in range(n)]
-    stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *outs)
-    loss = _loss(stacked)
+    loss = _loss(tf.nest.map_structure(lambda *xs: stack(xs), *outs))
   grad = tf.convert_to_tensor(tape.gradient(loss, args[k], unconnected_gradients="zero"))
   return grad.numpy() if numpy else grad
 
@@ -177,9 +236,9 @@ def _compiled_loop(loaded, n, jit_compile):
   fails."""
   try:
     out = tf.function(lambda: tf.nest.map_structure(
-        lambda *xs: tf.stack(xs), *[loaded.body(tf.constant(i)) for i in range(n)]),
+        lambda *xs: stack(xs), *[loaded.body(tf.constant(i)) for i in range(n)]),
                       jit_compile=jit_compile, autograph=False)()
-    return tf.nest.map_structure(np.asarray, out)
+    return tf.nest.map_structure(_numpy, out)
   except Exception:  # pylint: disable=broad-except
     return None
 
@@ -202,11 +261,15 @@ def _graph_gradient_fails(program, loaded, n):
 def _xla_refusal(loaded, n, error, expected):
   """An `xla_unsupported` Outcome where XLA cannot run the loop either, else None.
 
-  Either the XLA-compiled loop fails too (a second-order slice gradient), or vectorize
+  A value of per-iteration size (tf.range(x[i])) is a documented refusal under XLA. Else
+  either the XLA-compiled loop fails too (a second-order slice gradient), or vectorize
   refused with a clear ConversionError and the XLA-compiled loop gives another answer than
   the eager loop: XLA silently drops the writes into a dynamic-size TensorArray that do not
   fit its compile-time size, which vectorize refuses to imitate.
   """
+  if "XLA needs static shapes" in str(error):
+    # A documented refusal: a value of per-iteration size has no static shape to pad to.
+    return Outcome("xla_unsupported", headline(error))
   xla_want = _xla_loop(loaded, n)
   if xla_want is None:
     return Outcome("xla_unsupported", headline(error))
@@ -214,6 +277,34 @@ def _xla_refusal(loaded, n, error, expected):
     return Outcome("xla_unsupported",
                    f"{headline(error)}; the loop under XLA differs from the eager loop")
   return None
+
+
+def loop_value(body, n):
+  """The loop's outputs stacked (as numpy, or RaggedTensors), for n > 0."""
+  outs = [body(tf.constant(i)) for i in range(n)]
+  return tf.nest.map_structure(lambda *xs: _numpy(stack(xs)), *outs)
+
+
+def _empty_stack(x):
+  """The loop's value at n = 0 from iteration 0's (an output of per-iteration size may come
+  back dense or ragged, with no rows either way)."""
+  shape = x.flat_values.shape[1:] if _ragged(x) else x.shape
+  return np.zeros([0] + shape.as_list(), x.dtype.as_numpy_dtype)
+
+
+def pfor_value(body, n, mode):
+  """pfor's outputs (numpy, or RaggedTensors) eagerly, in a tf.function, under XLA or with
+  n known only at run time."""
+  pfor = lambda m: vectorize.pfor(body, m, fallback_to_while_loop=False)
+  if mode == "eager":
+    out = pfor(n)
+  elif mode == "dynamic":
+    out = tf.function(pfor, input_signature=[tf.TensorSpec([], tf.int32)],
+                      autograph=False)(tf.constant(n))
+  else:
+    out = tf.function(lambda: pfor(n), jit_compile=True if mode == "xla" else None,
+                      autograph=False)()
+  return tf.nest.map_structure(_numpy, out)
 
 
 def run_mode(program, loaded, mode, expected):
@@ -231,13 +322,13 @@ def run_mode(program, loaded, mode, expected):
       got = pfor_gradient(loaded, n, k)
     elif mode == "n0":
       try:
-        want = testing.sequential(loaded.body, 0, testing.example_spec(loaded.body))
+        want = tf.nest.map_structure(_empty_stack, loaded.body(tf.constant(0)))
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
-      got = testing.run_pfor(loaded.body, 0, "function")
+      got = pfor_value(loaded.body, 0, "function")
     else:
       want = expected
-      got = testing.run_pfor(loaded.body, n, mode)
+      got = pfor_value(loaded.body, n, mode)
   except Exception as e:  # pylint: disable=broad-except
     outcome = classify_error(e)
     if mode == "xla" and outcome.category in ("crash", "refused"):
@@ -301,7 +392,7 @@ def iter_check(program, modes=MODES):
   """Yields (mode, Outcome) for each mode as it finishes."""
   try:
     loaded = Loaded(program)
-    expected = testing.sequential(loaded.body, program.n)
+    expected = loop_value(loaded.body, program.n)
   except Exception as e:  # pylint: disable=broad-except
     for m in modes:
       yield m, Outcome("invalid", headline(e))

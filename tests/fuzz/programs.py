@@ -6,7 +6,9 @@ whose static shapes fit, and records the result's shape. The pool covers what a 
 does: elementwise ops broadcasting across ranks, reductions, matmul/einsum, shape and slicing
 ops, gathers/scatters, conv/pool, softmax, sort/top-k, casts, random ops, conditionals with
 per-iteration and invariant predicates, switch_case, while loops with per-iteration trip
-counts, TensorArrays, GradientTapes, nested tf.functions and variable reads. Values that go
+counts, TensorArrays, GradientTapes, nested tf.functions and variable reads; newer seeds
+also draw ops converted later (late_pool.py) and values whose size differs per iteration,
+returned or consumed (ragged_pool.py). Values that go
 through discontinuous ops (floor, comparisons, argmax, sort) are kept exact, so rounding
 differences between the batched and the per-iteration computation cannot flip them.
 """
@@ -16,11 +18,15 @@ import random
 import numpy as np
 
 from tests.fuzz.ir import Block, Input, Program, Stmt, Var
+from tests.fuzz.late_pool import LatePool
+from tests.fuzz.ragged_pool import RAGGED, RaggedPool, fixed
 
 FLOAT, INT, BOOL = "float32", "int32", "bool"
 EXTENDED_FROM = 1_000_000   # seeds from here also draw the ops of `g_newer_ops`
+NEWEST_FROM = 1_100_000     # seeds from here also draw ragged_pool.py and late_pool.py
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
-            "int64": "tf.int64", "float64": "tf.float64"}
+            "int64": "tf.int64", "float64": "tf.float64",
+            RAGGED: "tf.float32"}
 
 
 def broadcast(s1, s2):
@@ -81,7 +87,7 @@ BINARY_INT = ["{0} + {1}", "{0} - {1}", "{0} * {1}", "tf.maximum({0}, {1})",
               "tf.math.floormod({0}, tf.abs({1}) + 1)", "tf.bitwise.bitwise_xor({0}, {1})"]
 
 
-class Generator:
+class Generator(RaggedPool, LatePool):
   """Builds one program; `scope` is the list of values visible at the current point."""
 
   def __init__(self, seed):
@@ -168,7 +174,7 @@ class Generator:
     return cands[idx]
 
   def pick(self, pred, make=None):
-    cands = [v for v in self.scope if pred(v)]
+    cands = [v for v in self.scope if fixed(v) and pred(v)]
     if cands and (make is None or self.rng.random() < 0.8):
       return self.pick_recent(cands)
     return make() if make else None
@@ -518,8 +524,8 @@ class Generator:
     if r < 0.6:
       return self.emit("tf.size({0})", [a.name], (), INT, "size")
     n = size(a.shape)
-    cands = [v for v in self.scope if size(v.shape) == n and v.shape != a.shape and
-             v.dtype in (FLOAT, INT, BOOL)]
+    cands = [v for v in self.scope if fixed(v) and size(v.shape) == n and
+             v.shape != a.shape and v.dtype in (FLOAT, INT, BOOL)]
     if cands:
       b = self.rng.choice(cands)
       return self.emit("tf.reshape({0}, tf.shape({1}))", [a.name, b.name], b.shape, a.dtype,
@@ -1100,6 +1106,7 @@ class Generator:
   # -- the program ------------------------------------------------------------------------
 
   EXTENDED_WEIGHTS = [("g_newer_ops", 4)]
+  NEWEST_WEIGHTS = [("g_ragged", 12), ("g_late_ops", 12)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1112,8 +1119,9 @@ class Generator:
   ]
 
   def statement(self):
-    names, weights = zip(*(self.WEIGHTS + (self.EXTENDED_WEIGHTS
-                                          if self.seed >= EXTENDED_FROM else [])))
+    names, weights = zip(*(self.WEIGHTS +
+                           (self.EXTENDED_WEIGHTS if self.seed >= EXTENDED_FROM else []) +
+                           (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):

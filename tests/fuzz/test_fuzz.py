@@ -6,7 +6,9 @@ mark then). Programs that use an op with no converter, or that the loop itself c
 (a generator bug), are skipped with the reason, not failed.
 """
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.fuzz import check, ir, programs, shrink
 
@@ -98,3 +100,26 @@ def test_shrink_keeps_the_failure_and_deletes_the_rest():
   assert "tf.nn.softmax(" in ir.render(small)
   assert shrink.size(small) < shrink.size(program)
   assert shrink.size(small) <= 4
+
+
+def test_values_of_per_iteration_size_are_compared_with_ragged_stack():
+  """pfor's RaggedTensor equals the loop's `tf.ragged.stack` (uniform inner axes either way);
+  other row lengths, values or a dense result are failures."""
+  rows = [tf.constant([[1., 2.]]), tf.constant([[3., 4.], [5., 6.]])]
+  expected = check.stack(rows)
+  same = tf.RaggedTensor.from_row_lengths(tf.constant([[1., 2.], [3., 4.], [5., 6.]]), [1, 2])
+  assert check.compare([same], [expected]) is None
+  moved = tf.RaggedTensor.from_row_lengths(same.flat_values, [2, 1])
+  assert check.compare([moved], [expected]).category == "wrong_shape"
+  off = same.with_flat_values(same.flat_values + 1.)
+  assert check.compare([off], [expected]).category == "wrong_value"
+  assert check.compare([np.zeros([2, 2, 2], np.float32)], [expected]).category == "wrong_shape"
+
+
+def test_newest_seeds_draw_ragged_values_and_late_ops():
+  kinds = [k for s in range(programs.NEWEST_FROM, programs.NEWEST_FROM + 30)
+           for k in programs.generate(s).kinds()]
+  assert any(k.startswith("ragged_") for k in kinds)
+  assert any(k.startswith("late_") for k in kinds)
+  old = [k for s in range(30) for k in programs.generate(s).kinds()]
+  assert not any(k.startswith(("ragged_", "late_")) for k in old)
