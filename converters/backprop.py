@@ -40,7 +40,7 @@ def relu_grad(op):
   if op.is_stacked(1) or not op.is_stacked(0):
     return _rebuilt(op)
   mask, g = values.align_ranks([values.Value(op.value(1).tensor > 0, False), op.value(0)])
-  return [stacked(tf.where(mask, g, tf.zeros([], g.dtype)))]
+  return [stacked(_kept_where(mask, g))]
 
 
 def sigmoid_grad(op):
@@ -84,7 +84,19 @@ def _tiled_max_pool_grad(op):
                        [kw] + shape[4:])
   up = tf.reshape(up, shape[:2] + [oh * kh, ow * kw] + shape[4:])
   up = _fit(_fit(up, 2, h, oh * kh), 3, w, ow * kw)
-  return [stacked(tf.where(routing > 0, up, tf.zeros([], up.dtype)))]
+  return [stacked(_kept_where(routing > 0, up))]
+
+
+def _kept_where(mask, g):
+  """`g` where `mask` holds, else 0. When `g` is itself such a select (a max pool's routing
+  then the relu before it, in every convnet's backward pass), the two masks, small ones at
+  the forward value's shape, combine first: one pass over the stacked cotangents, not two
+  (a jacobian of a VGG-like net made one such pass per block)."""
+  inner = g.op
+  if (inner.type == "SelectV2" and inner.inputs[2].shape.rank == 0 and
+      tf.get_static_value(inner.inputs[2]) == 0):
+    mask, g = tf.logical_and(inner.inputs[0], mask), inner.inputs[1]
+  return tf.where(mask, g, tf.zeros([], g.dtype))
 
 
 def _fit(t, axis, size, covered):
