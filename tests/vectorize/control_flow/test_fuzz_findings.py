@@ -298,3 +298,38 @@ def test_gradient_list_in_one_branch_with_a_static_n():
   """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other)."""
   testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, 4,
                              mode="function")
+
+
+X10 = tf.constant([[0.5], [-1.], [2.], [0.3]])
+V10 = tf.constant([1., 2., 3., 4.])
+FLAG10 = tf.Variable(False)
+
+
+def _tape_over_a_cond_reading_a_slice(x, i):
+  """A tape inside the body over a cond whose untaken branch reads `x[i:i + 1]`."""
+  vi = tf.gather(V10, i)
+  with tf.GradientTape() as tape:
+    tape.watch(vi)
+    def sliced():
+      return tf.tanh(vi) + tf.reduce_mean(vi / (tf.abs(tf.squeeze(x[i:i + 1], 0)) + 1.0))
+    y = tf.square(tf.cond(tf.convert_to_tensor(FLAG10), lambda: tf.tanh(vi), sliced))
+  return tape.gradient(y, vi)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="TensorFlow's bug, not ours: "
+                   "under XLA (and wherever cond_v2 makes FakeParam stand-ins instead of "
+                   "Optionals, as pfor's trace does) a stand-in's unknown dims become 0, and "
+                   "the outer gradient's aggregation fails: 'Shapes (0, 1) and (1, 1) are not "
+                   "compatible'")
+def test_plain_tf_gradient_of_a_cond_under_a_tape_under_xla():
+  """The grad-mode kind of fuzz seeds 62, 3895, 120062, 120075 ('Shapes (0, ..) and (1, ..)
+  are not compatible'), shown with no vectorize at all: the outer gradient of one iteration
+  under jit_compile. pfor traces the body with optionals disabled, as TF's own pfor does,
+  and meets the same error."""
+  @tf.function(jit_compile=True)
+  def grad(x, i):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = _tape_over_a_cond_reading_a_slice(x, i)
+    return tape.gradient(y, x)
+  grad(X10, tf.constant(1))
