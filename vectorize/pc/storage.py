@@ -38,11 +38,11 @@ class Partitioned:
 class Masked:
   """Every lane runs; lanes not at the block borrow the first waiting lane's inputs."""
 
-  def __init__(self, mask, lanes):
+  def __init__(self, mask, lanes, first):
+    """`first`: the lowest lane in `mask` (the lanes not in it borrow its inputs)."""
     self.mask = mask
     self.lanes = lanes
     batch = tf.shape(mask)[0]
-    first = tf.reduce_min(tf.where(mask, lanes, batch))
     self.positions = tf.where(mask, lanes, first)
     self.n = batch
     self.static_n = mask.shape[0]

@@ -101,7 +101,8 @@ class _Machine:
       stacks[key] = tf.tensor_scatter_nd_update(
           stacks[key], tf.stack([tf.fill([batch], row), tf.zeros([batch], tf.int32),
                                  self.lanes], 1), tf.fill([batch], self.halt))
-    state = {"files": files, "stacks": stacks}
+    state = {"files": files, "stacks": stacks,
+             "next": (tf.where(batch > 0, self.index[main.entry], self.halt), tf.constant(0))}
     shapes = tf.nest.map_structure(lambda v: v.shape, state)
     if self.grow:
       shapes["stacks"] = {k: tf.TensorShape([s[0], None] + s[2:].as_list())
@@ -109,7 +110,7 @@ class _Machine:
     final = files
     if inputs[0].shape[0] != 0:     # batch 0: nothing runs (a scatter into it would not build)
       final = tf.while_loop(
-          lambda s: tf.reduce_min(self.registers.read(s["files"], "pc")) < self.halt,
+          lambda s: s["next"][0] < self.halt,
           self.step, [state], shape_invariants=[shapes],
           maximum_iterations=self.max_steps)[0]["files"]
     pc, overflow = (self.registers.read(final, k) for k in ("pc", "overflow"))
@@ -128,9 +129,10 @@ class _Machine:
     land at once.
     """
     files, stacks = state["files"], state["stacks"]
+    k, first = state["next"]
     pc = self.registers.read(files, "pc")
-    k = tf.reduce_min(pc)
-    members = (Masked if self.masked else Partitioned)(tf.equal(pc, k), self.lanes)
+    members = (Masked(tf.equal(pc, k), self.lanes, first) if self.masked else
+               Partitioned(tf.equal(pc, k), self.lanes))
     slots, stacked = tf.switch_case(k, [
         lambda block=block: self.block(block, files, stacks, members)
         for block in self.blocks])
@@ -140,7 +142,15 @@ class _Machine:
       for key, (rows, values) in writes.items():
         indices = tf.gather(tf.constant(self.stacks.targets[key]), k)
         stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
-    return [{"files": files, "stacks": stacked}]
+    return [{"files": files, "stacks": stacked,
+             "next": self.lowest(self.registers.read(files, "pc"))}]
+
+  def lowest(self, pc):
+    """The block to run next (the lowest program counter) and the first lane waiting
+    there, from one reduction (of pc * batch + lane), not one per step for each."""
+    batch = tf.cast(tf.size(pc), tf.int64)
+    key = tf.reduce_min(tf.cast(pc, tf.int64) * batch + tf.cast(self.lanes, tf.int64))
+    return tf.cast(key // batch, tf.int32), tf.cast(key % batch, tf.int32)
 
   def block(self, block, files, stacks, members):
     """Runs `block` for `members` (those waiting at it, found once per step, outside the
