@@ -8,12 +8,14 @@ a 100-d correlated Gaussian. Compared, one transition per call, against
 recursive `tfp.experimental.mcmc.NoUTurnSampler`, plain and under XLA, and against the
 per-chain eager loop (on a sample of chains, scaled).
 
-Run: `python -m benchmarks.workloads.nuts [--chains 1,10,100,1000] [--rounds 3]`.
+Run: `python -m benchmarks.workloads.nuts [--chains 1,10,100,1000] [--rounds 3]`
+(`--first-calls 3`: first calls under XLA instead, each in a fresh process, alternating).
 `NUTS` and `NUTS_CORRELATED` are the same transitions as workloads of the suite
 (`benchmarks.run`, batch = chains).
 """
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -22,6 +24,7 @@ import tensorflow as tf
 import vectorize
 from benchmarks import timing
 from benchmarks import workload
+from benchmarks.workloads import recursion
 
 MAX_DEPTH = 10
 STEP_SIZE = {"normal10": 0.3, "correlated100": 0.05}
@@ -301,9 +304,28 @@ def main():
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--sample", type=int, default=3)
   parser.add_argument("--out", default=None)
+  parser.add_argument("--first-calls", type=int, default=0,
+                      help="instead: this many rounds of fresh-process first calls under XLA")
+  parser.add_argument("--first-call-of", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.first_call_of:           # a child of --first-calls: one first call, as JSON
+    recursion._warm_up()  # pylint: disable=protected-access
+    f = forms(args.targets, int(args.chains))[3][args.first_call_of]
+    print(json.dumps(recursion.first_call_in_this_process(f)))
+    return
   sections = []
-  for target in args.targets.split(","):
+  for target in args.targets.split(",") if args.first_calls else []:
+    for chains in [int(c) for c in args.chains.split(",")]:
+      calls = recursion.fresh_first_calls(
+          "benchmarks.workloads.nuts", ["autobatch XLA", "tfp recursive XLA",
+                                        "tfp iterative XLA"], args.first_calls,
+          ["--targets", target, "--chains", str(chains)])
+      sections.append(recursion.first_call_report(
+          f"NUTS transition, {target}, {chains} chains: first call under XLA in a fresh "
+          f"process (medians of {args.first_calls} alternating rounds)", calls,
+          "tfp recursive XLA"))
+      print(sections[-1], flush=True)
+  for target in args.targets.split(",") if not args.first_calls else []:
     for chains in [int(c) for c in args.chains.split(",")]:
       first, times = measure(target, chains, args.rounds, args.sample)
       sections.append(report(target, chains, first, times))

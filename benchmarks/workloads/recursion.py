@@ -14,7 +14,8 @@ Forms, all checked against the per-example loop before they are timed:
 
 Run: `python -m benchmarks.workloads.recursion [--batch 1000] [--rounds 5] [--sample 40]`.
 Prints first-call and median steady-state seconds and the ratios, and writes them as
-markdown to `--out` if given.
+markdown to `--out` if given. `--first-calls 3` instead times first calls under XLA, each in
+a fresh process (after TF's own warm-up), autobatch and TFP alternating.
 
 `FIB` and `FIB_LOOP` are the same programs as workloads of the suite (`benchmarks.run`):
 hand-batched is the iterative batched program (O(n) steps, the speed limit), the loop's
@@ -23,6 +24,9 @@ trace a recursive function), and TF's pfor (`tf.vectorized_map`) fails to trace 
 """
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -204,6 +208,39 @@ def measure(name, batch, rounds, sample):
   return first, {k: float(np.median(v)) for k, v in times.items()}, times
 
 
+def first_call_in_this_process(f):
+  """Wall and CPU seconds (all threads: XLA compiles on its own) of `f`'s first call."""
+  cpu, wall = time.process_time(), time.perf_counter()
+  timing.run(f)
+  return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+
+def fresh_first_calls(module, forms, rounds, args):
+  """First calls, each in a fresh process (`python -m module --first-call-of FORM args`),
+  forms alternating round by round: {form: [{"wall": s, "cpu": s}, ...]}."""
+  out = {form: [] for form in forms}
+  for _ in range(rounds):
+    for form in forms:
+      run = subprocess.run([sys.executable, "-m", module, "--first-call-of", form] + args,
+                           capture_output=True, text=True, check=True)
+      out[form].append(json.loads(run.stdout.strip().splitlines()[-1]))
+  return out
+
+
+def first_call_report(title, calls, baseline):
+  """A table of fresh-process first calls, with each form's median ratio to `baseline`
+  (ratios within rounds)."""
+  lines = [f"### {title}", "", "| form | wall s (median) | CPU s (median) | "
+           f"wall / {baseline} | CPU / {baseline} |", "| --- | ---: | ---: | ---: | ---: |"]
+  for form, runs in calls.items():
+    wall, cpu = ([r[k] for r in runs] for k in ("wall", "cpu"))
+    base_wall, base_cpu = ([r[k] for r in calls[baseline]] for k in ("wall", "cpu"))
+    lines.append(f"| {form} | {np.median(wall):.2f} | {np.median(cpu):.2f} | "
+                 f"{timing.median_ratio(wall, base_wall):.2f}x | "
+                 f"{timing.median_ratio(cpu, base_cpu):.2f}x |")
+  return "\n".join(lines)
+
+
 def report(name, batch, first, median, times):
   lines = [f"### {name}, batch {batch} (medians of {len(times['eager loop'])} interleaved "
            "rounds; eager loop scaled from a sample)", "",
@@ -227,9 +264,26 @@ def main():
   parser.add_argument("--sample", type=int, default=40)
   parser.add_argument("--programs", default="fib,fib_loop")
   parser.add_argument("--out", default=None)
+  parser.add_argument("--first-calls", type=int, default=0,
+                      help="instead: this many rounds of fresh-process first calls under XLA")
+  parser.add_argument("--first-call-of", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.first_call_of:           # a child of --first-calls: one first call, as JSON
+    _warm_up()
+    print(json.dumps(first_call_in_this_process(
+        forms(args.programs, args.batch)[2][args.first_call_of])))
+    return
   sections = []
-  for name in args.programs.split(","):
+  if args.first_calls:
+    for name in args.programs.split(","):
+      calls = fresh_first_calls("benchmarks.workloads.recursion", ["autobatch XLA", "tfp XLA"],
+                                args.first_calls, ["--programs", name, "--batch",
+                                                   str(args.batch)])
+      sections.append(first_call_report(
+          f"{name}, batch {args.batch}: first call under XLA in a fresh process (medians "
+          f"of {args.first_calls} alternating rounds)", calls, "tfp XLA"))
+      print(sections[-1], flush=True)
+  for name in args.programs.split(",") if not args.first_calls else []:
     first, median, times = measure(name, args.batch, args.rounds, args.sample)
     sections.append(report(name, args.batch, first, median, times))
     print(sections[-1], flush=True)
