@@ -21,6 +21,7 @@ from vectorize.registry import register
 from vectorize.values import stacked
 
 _PARALLEL_ROWS = 16
+_ROWS_PER_STEP = 4
 
 
 def check(condition, message):
@@ -75,12 +76,16 @@ def map_rows(op):
     first = [tf.shape(t) for t in row(0)] if not all(ranked) else None
 
     def body(i, arrays, shape_arrays):
-      results = row(i)
-      checks = [check(_same_shape(tf.shape(t), s), message)
-                for t, s, known in zip(results, first or results, ranked) if not known]
-      with tf.control_dependencies(checks):
-        return (i + 1, [a.write(i, t) for a, t in zip(arrays, results)],
-                [a.write(i, tf.shape(t)) for a, t in zip(shape_arrays, results)])
+      # _ROWS_PER_STEP rows per step (the last step repeats row n - 1): the loop's own ops
+      # run once for several rows
+      for k in tf.unstack(tf.minimum(i + tf.range(_ROWS_PER_STEP), n - 1), _ROWS_PER_STEP):
+        results = row(k)
+        checks = [check(_same_shape(tf.shape(t), s), message)
+                  for t, s, known in zip(results, first or results, ranked) if not known]
+        with tf.control_dependencies(checks):
+          arrays = [a.write(k, t) for a, t in zip(arrays, results)]
+          shape_arrays = [a.write(k, tf.shape(t)) for a, t in zip(shape_arrays, results)]
+      return i + _ROWS_PER_STEP, arrays, shape_arrays
 
     arrays = [tf.TensorArray(t.dtype, size=n, element_shape=t.shape, infer_shape=False)
               for t in outputs]

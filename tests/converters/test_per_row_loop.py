@@ -43,11 +43,15 @@ def test_a_run_time_n_needs_no_conditional():
   assert "While" in types or "StatelessWhile" in types
 
 
-@pytest.mark.parametrize("n", [0, 1, 2])
-def test_run_time_n_equals_the_loop(n):
-  expected = _PIXELS[0, :n] if n else np.zeros([0, 0, 0, 3], np.uint8)   # unknown dims 0
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 6])
+@pytest.mark.parametrize("mode", ["function", "dynamic"])
+def test_n_equals_the_loop(n, mode):
+  """Rows go several to a loop step, the last step repeating the last row: n below, at and
+  past a step's rows."""
+  pixels, pngs = _PIXELS.reshape([6, 4, 5, 3]), tf.reshape(_PNGS, [6])
+  expected = pixels[:n] if n else np.zeros([0, 0, 0, 3], np.uint8)   # unknown dims 0
   testing.assert_allclose(testing.run_pfor(
-      lambda i: tf.io.decode_png(_PNGS[0, i], channels=3), n, mode="dynamic"), expected)
+      lambda i: tf.io.decode_png(pngs[i], channels=3), n, mode=mode), expected)
 
 
 def test_rows_of_different_sizes_name_the_op_at_a_run_time_n():
