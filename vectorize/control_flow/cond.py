@@ -48,6 +48,9 @@ def _convert_if(op):
   _type_fake_lists(graphs)
   pred = op.value(0)
   if not pred.stacked:
+    known = tf.get_static_value(pred.tensor)
+    if known is not None:
+      return _known_branch(op, graphs[0 if _static_truth(known) else 1])
     truth = _truth(pred.tensor)
     return _invariant_choice(op, graphs, lambda fns: tf.cond(truth, fns[0], fns[1]))
   branch_index = tf.where(_truth_per_iteration(pred.tensor), 0, 1)
@@ -60,6 +63,9 @@ def _convert_case(op):
   _type_fake_lists(graphs)
   index = op.value(0)
   if not index.stacked:
+    known = tf.get_static_value(index.tensor)
+    if known is not None:
+      return _known_branch(op, graphs[known if 0 <= known < len(graphs) else -1])
     return _invariant_choice(op, graphs, lambda fns: tf.switch_case(index.tensor, fns))
   last = len(graphs) - 1
   i = index.tensor
@@ -96,6 +102,21 @@ def _through_identity(t):
   while t.op.type == "Identity":
     t = t.op.inputs[0]
   return t
+
+
+def _known_branch(op, graph):
+  """The branch a predicate or index known at trace time picks, converted in place: no
+  conditional, so none for TF's gradient to rebuild (seed 100018: TF's Case gradient
+  asserted on a Case emitted in a loop for `switch_case(tf.constant(1), ...)`)."""
+  outputs, effects = walker.convert_graph(graph, _args(op), op.ctx)
+  if not op.op.outputs:
+    return tf.group(effects)
+  return outputs
+
+
+def _static_truth(value):
+  """`_truth` of a predicate known at trace time."""
+  return bool(value.size > 0) if value.ndim else bool(value)
 
 
 def _truth(pred):

@@ -100,37 +100,69 @@ X6 = tf.constant(np.random.default_rng(9).standard_normal([4, 2, 4]), tf.float32
 TRIPS6 = tf.constant([2, 0, 3, 1])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="control_flow (cond.py / "
-                   "while_loop.py): the Case emitted for a switch_case with an invariant "
-                   "index inside a per-iteration loop captures a tensor of a graph other than "
-                   "its own or its outer graph, and TF's Case gradient asserts on that "
-                   "(cond_v2._resolve_grad_inputs)")
-def test_gradient_through_pfor_of_a_switch_case_in_a_per_iteration_loop():
-  """Fuzz seed 100018, shrunk."""
+INDEX6 = tf.constant(1)   # captured: known only at run time
+
+
+def _switch_case_in_a_per_iteration_loop(index):
   def make_body(x):
     def body(i):
       xi = x[i]
 
       def step(j, c):
-        return j + 1, tf.switch_case(tf.constant(1), [lambda: xi, lambda: xi])
+        return j + 1, tf.switch_case(index(), [lambda: xi, lambda: xi])
       return tf.while_loop(lambda j, c: j < TRIPS6[i], step, (0, xi))[1]
     return body
+  return make_body
 
+
+def test_gradient_through_pfor_of_a_switch_case_in_a_per_iteration_loop():
+  """Fuzz seed 100018, shrunk: the Case emitted for `switch_case(tf.constant(1), ...)` in a
+  per-iteration loop made TF's Case gradient assert (cond_v2._resolve_grad_inputs); a
+  branch index known at trace time now picks its branch with no Case."""
+  _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: tf.constant(1)))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="control_flow (cond.py / "
+                   "while_loop.py): the Case emitted for a switch_case with an invariant "
+                   "index known at run time only, inside a per-iteration loop: the gradient "
+                   "of its branch captures a Shape that TF's while gradient made in the "
+                   "forward loop body (a gather's gradient), and TF's Case gradient asserts "
+                   "on a capture from neither its own graph nor its outer graph "
+                   "(cond_v2._resolve_grad_inputs); plain TF's loop does not show it")
+def test_gradient_through_pfor_of_a_switch_case_with_a_run_time_index_in_a_loop():
+  """Fuzz seed 100018 (its index is floormod of a captured input)."""
+  _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: INDEX6))
+
+
+def _check_loop_gradient(make_body):
   @tf.function(autograph=False)
   def pfor_grad(x):
     with tf.GradientTape() as tape:
       tape.watch(x)
       out = vectorize.pfor(make_body(x), 3, fallback_to_while_loop=False)
       total = tf.reduce_sum(out * out)
-    return tape.gradient(total, x, unconnected_gradients="zero")
+    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
 
   with tf.GradientTape() as tape:
     tape.watch(X6)
     body = make_body(X6)
     out = tf.stack([body(tf.constant(i)) for i in range(3)])
     total = tf.reduce_sum(out * out)
-  expected = tape.gradient(total, X6, unconnected_gradients="zero")
+  expected = tf.convert_to_tensor(tape.gradient(total, X6, unconnected_gradients="zero"))
   np.testing.assert_allclose(pfor_grad(X6), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_conditional_known_at_trace_time_emits_no_conditional(known):
+  """A predicate or branch index known when the body is traced picks its branch in place."""
+  def body(i):
+    x = X[i]
+    picked = tf.cond(tf.constant(known), lambda: x * 2.0, lambda: x - 1.0)
+    return tf.switch_case(tf.constant(5), [lambda: picked, lambda: picked + 1.0])
+  graph = tf.function(lambda: vectorize.pfor(body, 3, fallback_to_while_loop=False),
+                      autograph=False).get_concrete_function().graph
+  assert not {"If", "StatelessIf", "Case", "StatelessCase"} & set(testing.all_op_types(graph))
+  testing.check_against_loop(body, 3)
 
 
 X7 = tf.constant(np.random.default_rng(9).standard_normal([4, 2]), tf.float32)
