@@ -324,8 +324,9 @@ def test_gradient_list_of_a_per_iteration_length_and_run_time_element_shape(n, m
                    "or TF's Grappler: with a static n, constant folding gives a part of a "
                    "partitioned conditional another part's size (a TensorList intermediate "
                    "under a tape; 'data[1].shape = [1] does not start with indices[1].shape "
-                   "= [3]' in DynamicStitch); passes with n known at run time, or with "
-                   "constant folding off")
+                   "= [3]' in DynamicStitch); passes with n known at run time, with "
+                   "constant folding off, or with the predicate's data passed as a "
+                   "tf.function argument instead of a captured constant")
 def test_gradient_list_in_one_branch_with_a_static_n():
   """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other)."""
   testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, 4,
