@@ -56,7 +56,9 @@ def _convert_projective_transform(op):
     return stacked(split_leading(_transform_in_ops(op, folded, transforms, n, b), n, b))
   if op.type == "ImageProjectiveTransformV2" or not op.is_stacked(3):
     extra = [] if op.type == "ImageProjectiveTransformV2" else [op.invariant(3)]
-    out = op.rebuild([folded, transforms, output_shape] + extra)[0]
+    kernel = lambda images: op.rebuild([images, transforms, output_shape] + extra)[0]
+    compiled = _compiled_transform(op, folded, transforms, kernel)
+    out = kernel(folded) if compiled is None else compiled
     return stacked(split_leading(out, n, b))
   if not images.dtype.is_floating:
     raise Unvectorizable("a per-iteration fill value of integer images")
@@ -66,6 +68,36 @@ def _convert_projective_transform(op):
   reach = split_leading(op.rebuild([ones, transforms, output_shape, zero])[0], n, b)
   fill = tf.cast(_per_iteration_scalar(op, 3, moved), images.dtype)
   return stacked(moved + fill * (1 - reach))
+
+
+_compiled_in_ops = tf.function(projective.transform, jit_compile=True)
+
+
+def _compiled_transform(op, folded, transforms, kernel):
+  """On CPU, the transform of a batch of `[m, h, w, c]` float32 images with an invariant fill
+  value as converters/projective.py's TF ops compiled by XLA, or None where that does not
+  apply. The CPU kernel computes each channel's coordinates anew and took 24 ms of the
+  Keras augmentation's 33 ms CPU at batch 128 (64x64x3); compiled, the same transform takes
+  about 14 ms (load 11-15). Within float rounding of the kernel; the gradient is the
+  kernel's own (TF registers one for the images only), so it equals the loop's."""
+  output_shape = tf.get_static_value(op.invariant(2))
+  fill_mode = op.attr("fill_mode").decode()
+  if (tf.config.list_logical_devices("GPU") or output_shape is None or
+      folded.dtype != tf.float32 or not folded.shape[1:].is_fully_defined() or
+      fill_mode not in projective.MODES):
+    return None
+  fill = tf.zeros([]) if op.type == "ImageProjectiveTransformV2" else op.invariant(3)
+  shape, interpolation = tuple(int(d) for d in output_shape), op.attr("interpolation").decode()
+
+  @tf.custom_gradient
+  def transformed(images):
+    m = tf.shape(images)[0]
+    out = _compiled_in_ops(images, tf.broadcast_to(transforms, tf.stack([m, 8])), shape,
+                           tf.broadcast_to(fill, tf.reshape(m, [1])), interpolation,
+                           fill_mode)
+    return out, lambda upstream: tf.gradients(kernel(images), images, upstream)[0]
+
+  return transformed(folded)
 
 
 def _transform_in_ops(op, folded, transforms, n, b):

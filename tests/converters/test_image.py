@@ -302,3 +302,35 @@ def test_keras_random_rotation_compiles_under_xla():
   layer = keras.layers.RandomRotation(0.3, seed=5)
   out = testing.run_pfor(lambda i: layer(_TRANSFORM_IMAGES[i], training=True), 4, mode="xla")
   assert out.shape == (4, 9, 7, 3) and len({row.tobytes() for row in out}) == 4
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager"])
+@pytest.mark.parametrize("fill_mode", ["REFLECT", "NEAREST", "CONSTANT"])
+def test_projective_transform_on_cpu_runs_compiled_and_equals_the_kernels_loop(mode,
+                                                                                fill_mode):
+  """Outside XLA on CPU the batch's transform runs as converters/projective.py's TF ops
+  compiled by XLA (faster than the CPU kernel), not the kernel; values and gradients equal
+  the kernel's loop."""
+  transforms = _transforms()
+
+  def body(i):
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=_TRANSFORM_IMAGES[i][None], transforms=transforms[i][None],
+        output_shape=[9, 7], fill_value=0.5, interpolation="BILINEAR", fill_mode=fill_mode)[0]
+
+  graph = tf.function(lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False)
+                      ).get_concrete_function().graph
+  assert "ImageProjectiveTransformV3" not in testing.all_op_types(graph)
+  testing.assert_allclose(testing.run_pfor(body, 4, mode=mode), testing.sequential(body, 4),
+                          1e-6)
+
+  def loss(images):
+    return tf.reduce_sum(vectorize.pfor(
+        lambda i: body(i) * tf.cast(i + 1, tf.float32), 4, fallback_to_while_loop=False))
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch(_TRANSFORM_IMAGES)
+    actual = loss(_TRANSFORM_IMAGES)
+    expected = tf.reduce_sum(tf.stack([body(i) * (i + 1.0) for i in range(4)]))
+  gradients = [tf.convert_to_tensor(tape.gradient(y, _TRANSFORM_IMAGES))
+               for y in (actual, expected)]
+  np.testing.assert_allclose(*gradients, rtol=1e-5, atol=1e-5)
