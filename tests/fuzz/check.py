@@ -413,9 +413,16 @@ def repro(program, mode):
   src = ir.render(program)
   common = [
       "",
+      "def stack(xs):",
+      "  # tf.ragged.stack where the iterations' sizes differ, as pfor returns them",
+      "  if isinstance(xs[0], tf.RaggedTensor) or len({tuple(x.shape) for x in xs}) > 1:",
+      "    return tf.ragged.stack(xs)",
+      "  return tf.stack(xs)",
+      "",
+      "",
       "body = make_body(*ARGS)",
       "expected = [body(tf.constant(i)) for i in range(N)]",
-      "expected = tf.nest.map_structure(lambda *xs: np.stack(xs), *expected)",
+      "expected = tf.nest.map_structure(lambda *xs: stack(xs), *expected)",
   ]
   if mode == "grad":
     k = grad_target(program, Loaded(program))
@@ -427,6 +434,7 @@ def repro(program, mode):
         "def loss(outs):",
         "  total = tf.constant(0.0)",
         "  for o in tf.nest.flatten(outs):",
+        "    o = o.flat_values if isinstance(o, tf.RaggedTensor) else o",
         "    if o.dtype.is_floating:",
         "      w = tf.cos(tf.cast(tf.reshape(tf.range(tf.size(o)), tf.shape(o)), o.dtype))",
         "      total += tf.cast(tf.reduce_sum(o * w), tf.float32)",
@@ -437,7 +445,7 @@ def repro(program, mode):
         "with tf.GradientTape() as tape:",
         "  tape.watch(args[K])",
         "  body = make_body(*args)",
-        "  outs = tf.nest.map_structure(lambda *xs: tf.stack(xs),",
+        "  outs = tf.nest.map_structure(lambda *xs: stack(xs),",
         "                               *[body(tf.constant(i)) for i in range(N)])",
         "  expected = tf.convert_to_tensor(",
         "      tape.gradient(loss(outs), args[K], unconnected_gradients='zero'))",
@@ -454,7 +462,7 @@ def repro(program, mode):
         "",
         "np.testing.assert_allclose(grad(*ARGS), expected, rtol=2e-4, atol=2e-4)",
     ]
-    return src + "\n".join(tail) + "\n"
+    return src + "\n".join(common[:7] + tail) + "\n"
   call = "vectorize.pfor(body, N, fallback_to_while_loop=False)"
   run = {
       "eager": f"out = {call}",
@@ -470,6 +478,10 @@ def repro(program, mode):
   check_lines = [
       run,
       "for o, e in zip(tf.nest.flatten(out), tf.nest.flatten(expected)):",
+      "  if isinstance(o, tf.RaggedTensor) or isinstance(e, tf.RaggedTensor):",
+      "    e = e if isinstance(e, tf.RaggedTensor) else tf.RaggedTensor.from_tensor(e)",
+      "    np.testing.assert_array_equal(o.row_lengths(), e.row_lengths())",
+      "    o, e = o.flat_values, e.flat_values",
       "  o, e = np.asarray(o), np.asarray(e)",
       "  assert o.shape == e.shape and o.dtype == e.dtype, (o.shape, e.shape, o.dtype)",
       "  np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)",
