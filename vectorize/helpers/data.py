@@ -20,6 +20,7 @@ from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.util import nest
 
 from vectorize import api
+from vectorize import engine
 from vectorize.errors import ConversionError
 
 # Ops that call back into Python for each element.
@@ -95,15 +96,18 @@ def _vectorized(fn, fallback):
     flat = tf.nest.flatten(batch)
     if not flat:
       raise ValueError("map_and_batch: the dataset's elements hold no tensor.")
-    n = flat[0].shape[0]
-    if n is None:
-      n = tf.shape(flat[0], out_type=tf.int32)[0]   # the last batch may be smaller
+    static_n = flat[0].shape[0]
+    # The last batch may be smaller: n is read from the batch, so it needs no run-time range
+    # check (pfor's Assert on a run-time n would gate the whole map function, which costs
+    # tf.data a wait per batch).
+    n = (tf.constant(static_n, tf.int32) if static_n is not None
+         else tf.shape(flat[0], out_type=tf.int32)[0])
 
     def loop_fn(i):
       return fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))
 
     try:
-      outputs = api.pfor(loop_fn, n, fallback_to_while_loop=fallback, warn=True)
+      outputs = engine.vectorize_loop(loop_fn, n, static_n, fallback)
     except ConversionError as e:
       raise ConversionError(
           f"map_and_batch cannot vectorize {_name(fn)}: {e} map_and_batch computes every "
