@@ -22,6 +22,7 @@ import time
 from tests.fuzz import check, programs, shrink
 
 RESTART_EVERY = 300
+STARTUP_S = 900   # a child's TensorFlow import, which a loaded machine can make slow
 
 
 def _serve(conn):
@@ -29,6 +30,8 @@ def _serve(conn):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   tf.get_logger().setLevel("ERROR")
+  from tests.fuzz import check as _  # pylint: disable=import-outside-toplevel
+  conn.send("ready")
   while True:
     request = conn.recv()
     if request is None:
@@ -52,6 +55,10 @@ class Worker:
     self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
     self.proc.start()
     self.served = 0
+    # The per-mode timeout starts once the child has imported TensorFlow: at load 15, an
+    # import took longer than a mode's timeout and a program passing in 3 s was a 'hang'.
+    if not self.conn.poll(STARTUP_S) or self.conn.recv() != "ready":
+      raise RuntimeError(f"the checking process did not start in {STARTUP_S} s")
 
   def stop(self):
     if self.proc is not None:
