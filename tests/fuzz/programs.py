@@ -1092,6 +1092,8 @@ class Generator(RaggedPool, LatePool):
       a = self.any_float(min_rank=3, max_rank=3)
       size = [self.rng.randint(1, 4), self.rng.randint(1, 4)]
       method = self.rng.choice(["bilinear", "nearest", "bicubic", "area"])
+      if 0 in a.shape:
+        return None  # TF's resize kernels reject empty images (the loop itself fails)
       out = (size[0], size[1], a.shape[2])
       return self.emit(f"tf.image.resize({{0}}[tf.newaxis], {size}, method='{method}')[0]",
                        [a.name], out, FLOAT, "resize", False)
