@@ -8,12 +8,14 @@ unsorted segment reduction with `n * num_segments` segments over all iterations'
 split the result `[n*s, ...] -> [n, s, ...]`. Ids outside `[0, num_segments)` become -1 first
 so they are dropped instead of landing in a neighbouring iteration's segments (the per-op
 kernels drop negative ids too; out-of-range ids, an error on CPU, are dropped here). Sorted
-and sparse segment ops go through the same path: their segment count is the last id + 1,
+and sparse segment ops go through the same path: their segment count is the last id + 1
+(each iteration's own: a ragged value where stacked ids end differently),
 mean and sqrt-n divide by per-segment counts, and empty segments of max/min give 0.
 """
 
 import tensorflow as tf
 
+from vectorize import ragged
 from vectorize import values
 from vectorize.family import register_axis_shift
 from vectorize.registry import register
@@ -51,9 +53,20 @@ def _sorted_num_segments(op, ids):
     value = tf.get_static_value(ids.tensor)
     if value is not None:
       return int(value.reshape([-1])[-1]) + 1 if value.size else 0
-  # Sorted ids: the largest id over all iterations is each iteration's last one (they must
-  # agree, or the per-iteration outputs would not stack).
+  # Sorted ids: the largest id over all iterations is the longest iteration's last one; the
+  # others are trimmed to their own count afterwards (`_trim_to_own_counts`).
   return tf.maximum(tf.reduce_max(ids.tensor), -1) + 1
+
+
+def _trim_to_own_counts(op, out, ids, num_segments):
+  """A sorted-id result computed with the longest iteration's segment count, cut to each
+  iteration's own (its last id + 1): a ragged value, unless the count is the same for all."""
+  if isinstance(num_segments, int) or not ids.stacked:
+    return out
+  ragged.require_dynamic_shapes(op.op, f"{op.type}'s output (its last segment id + 1 rows)")
+  counts = tf.cast(tf.maximum(tf.reduce_max(ids.tensor, axis=1), -1) + 1, tf.int32)  # [n]
+  keep = tf.sequence_mask(counts, tf.shape(out.tensor)[1])
+  return ragged.ragged(tf.boolean_mask(out.tensor, keep), counts)
 
 
 def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
@@ -114,7 +127,8 @@ def _convert_segment(op):
   """Sorted ids: the unsorted form with `last id + 1` segments."""
   data, ids = op.value(0), op.value(1)
   num_segments = _sorted_num_segments(op, ids)
-  return _segment_reduce(op, _kind(op.type), data, ids, num_segments, empty_is_zero=True)
+  out = _segment_reduce(op, _kind(op.type), data, ids, num_segments, empty_is_zero=True)
+  return _trim_to_own_counts(op, out, ids, num_segments)
 
 
 @register("SparseSegmentMean", "SparseSegmentMeanWithNumSegments", "SparseSegmentSqrtN",
@@ -123,12 +137,12 @@ def _convert_segment(op):
 def _convert_sparse_segment(op):
   """Gathers each iteration's rows by `indices`, then reduces them like a segment op."""
   ids = op.value(2)
+  rows = _gather_rows(op.value(0), op.value(1))
   if op.num_inputs > 3:
-    num_segments = _num_segments(op, 3)
-  else:
-    num_segments = _sorted_num_segments(op, ids)
-  return _segment_reduce(op, _kind(op.type), _gather_rows(op.value(0), op.value(1)), ids,
-                         num_segments)
+    return _segment_reduce(op, _kind(op.type), rows, ids, _num_segments(op, 3))
+  num_segments = _sorted_num_segments(op, ids)
+  out = _segment_reduce(op, _kind(op.type), rows, ids, num_segments)
+  return _trim_to_own_counts(op, out, ids, num_segments)
 
 
 def _gather_rows(data, indices):

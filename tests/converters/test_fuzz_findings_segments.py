@@ -1,5 +1,5 @@
-"""Fuzz findings in segment reductions (converters/reductions.py, not ours to edit): strict
-xfails until the owner fixes them; the fix makes them pass, then remove the mark."""
+"""Fuzz findings in segment reductions (converters/reductions.py): sorted segment ids whose
+segment count (last id + 1) differs per iteration."""
 
 import numpy as np
 import pytest
@@ -14,11 +14,6 @@ OPS = [tf.math.segment_sum, tf.math.segment_max, tf.math.segment_min, tf.math.se
        tf.math.segment_mean]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="converters/reductions.py "
-                   "_sorted_num_segments: stacked sorted ids take the largest last id over all "
-                   "iterations, so every iteration gets as many segments as the longest (zero "
-                   "rows appended), a silent wrong answer; per-iteration counts should give a "
-                   "ragged value (ragged.ragged(values, last id + 1))")
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
 def test_sorted_segments_whose_count_differs_per_iteration(op):
   """Fuzz seeds 1100017 (segment_max returned; dense where the loop's sizes differ) and
@@ -27,3 +22,33 @@ def test_sorted_segments_whose_count_differs_per_iteration(op):
   expected = np.stack([body(tf.constant(i)) for i in range(4)])
   actual = vectorize.pfor(body, 4, fallback_to_while_loop=False)
   np.testing.assert_allclose(actual, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+def test_sorted_segments_returned_are_ragged(op):
+  """The result itself has a size of its own in every iteration: tf.ragged.stack of the loop."""
+  body = lambda i: op(X[i], IDS[i])
+  expected = tf.ragged.stack([body(tf.constant(i)) for i in range(4)])
+  actual = vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  assert isinstance(actual, tf.RaggedTensor)
+  np.testing.assert_array_equal(actual.row_lengths(), [2, 3, 1, 3])
+  for got, want in zip(actual.to_list(), expected.to_list()):
+    np.testing.assert_allclose(np.array(got).reshape([-1, 2]), np.array(want).reshape([-1, 2]),
+                               rtol=1e-5)
+
+
+def test_sparse_segment_sum_whose_count_differs_per_iteration():
+  indices = tf.constant([[0, 1, 2], [2, 1, 0], [1, 1, 1], [0, 2, 2]])
+  body = lambda i: tf.reduce_min(tf.sparse.segment_sum(X[i], indices[i], IDS[i]), 0)
+  expected = np.stack([body(tf.constant(i)) for i in range(4)])
+  actual = vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  np.testing.assert_allclose(actual, expected, rtol=1e-5)
+
+
+def test_sorted_segments_with_one_count_stay_dense_in_a_function():
+  ids = tf.constant([[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]])
+  body = lambda i: tf.math.segment_max(X[i], ids[i])
+  expected = np.stack([body(tf.constant(i)) for i in range(4)])
+  actual = tf.function(lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False))()
+  np.testing.assert_allclose(actual.to_tensor() if isinstance(actual, tf.RaggedTensor)
+                             else actual, expected, rtol=1e-5)
