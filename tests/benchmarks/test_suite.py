@@ -142,6 +142,13 @@ def test_report_states_targets(tmp_path):
   assert "fails: unsupported op" in text
   assert "| 0.10 | 10 | 0.0e+00 | 1,235 |" in text
   assert "| exit 1: boom |" in text
+  assert "| **geometric mean** | | 1.10 ✓ | 1.40 ✗ |" in text
+  # A program-counter workload is in the table but not in the means.
+  pc_entry = dict(results["workloads"][0], name="pc_toy",
+                  batches={"128": dict(records, **{wl.VECTORIZE: _record(1000.0)})})
+  text = report.markdown(dict(results, workloads=results["workloads"] + [pc_entry]))
+  assert "| pc_toy | 128 | 100.00 ✗ |" in text
+  assert "| **geometric mean** | | 1.10 ✓ | 1.40 ✗ |" in text
   path = report.write(results, str(tmp_path), "test")
   assert os.path.exists(path)
   with open(os.path.join(tmp_path, "test.json")) as f:
