@@ -8,9 +8,13 @@ Iteration j's value is `values[splits[j]:splits[j + 1]]`. The flat values have t
 one iteration's value, and every per-iteration axis past the first keeps its index there,
 which is what lets most consumers work on `values` directly.
 
-Scope: only the first per-iteration axis may differ; the others (`rest`) are the same in
-every iteration. A value that differs in a later axis (an image decoded at its own height
-and width) stays with the fallback, as before. Conditionals and loops do not carry ragged
+Values that differ in several leading axes (images decoded at their own height and width)
+are held alike, those axes merged into one (`dims` holds each iteration's sizes of them), but
+only where every use of the value has a converter for them (`register_multi_axis`), ending
+in ops whose output the graph knows whole (a resize to a fixed size): the producer
+(`register_multi_axis_producer`) is chosen by looking at the uses first
+(`_multi_axis_uses_only`). Elsewhere such a value stays with its dense converter. The other
+axes (`rest`) are the same in every iteration. Conditionals and loops do not carry ragged
 values: an op with a ragged input and no ragged converter (an If, a While, a MatMul) falls
 back, or is a `ConversionError` naming the op when the fallback is off.
 
@@ -22,7 +26,7 @@ to a fixed shape) become stacked tensors again (`settle`). What stays ragged at 
 output comes back as a `tf.RaggedTensor`.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -33,9 +37,11 @@ from vectorize.values import Value
 
 
 class RaggedRows(NamedTuple):
-  """Per-iteration values of different first dimensions, concatenated."""
+  """Per-iteration values of different first dimensions (or first k axes, merged),
+  concatenated."""
   values: tf.Tensor        # [sum(row_lengths)] + rest
   row_lengths: tf.Tensor   # [n] int32
+  dims: Optional[tf.Tensor] = None   # [n, k] int32 sizes of the first k axes, k >= 2
 
   @property
   def dtype(self):
@@ -76,13 +82,29 @@ def ragged(values, row_lengths):
                           tf.cast(row_lengths, tf.int32)), True)
 
 
+def multi_axis(values, dims):
+  """A Value from values merged over their first k axes, whose sizes per iteration are
+  `dims` `[n, k]`: ragged when k is 1, stacked when 0."""
+  k = dims.shape[1]
+  if k == 0:
+    return Value(values, True)
+  if k == 1:
+    return ragged(values, dims[:, 0])
+  dims = tf.cast(dims, tf.int32)
+  return Value(RaggedRows(values, tf.reduce_prod(dims, 1), dims), True)
+
+
 def is_ragged(value):
   return isinstance(value.tensor, RaggedRows)
 
 
+def is_multi_axis(value):
+  return is_ragged(value) and value.tensor.dims is not None
+
+
 def same_rows(flat, rows):
-  """A ragged Value of flat values `flat` laid out like `rows` (same row lengths)."""
-  return Value(RaggedRows(flat, rows.row_lengths), True)
+  """A ragged Value of flat values `flat` laid out like `rows` (same row lengths and dims)."""
+  return Value(rows._replace(values=flat), True)
 
 
 def first_dim_varies(shape):
@@ -95,7 +117,10 @@ def first_dim_varies(shape):
 def row(rows, i, splits=None):
   """Iteration i's value (for the sequential fallback)."""
   splits = rows.row_splits if splits is None else splits
-  return rows.values[splits[i]:splits[i + 1]]
+  flat = rows.values[splits[i]:splits[i + 1]]
+  if rows.dims is None:
+    return flat
+  return tf.reshape(flat, tf.concat([rows.dims[i], tf.shape(flat)[1:]], 0))
 
 
 def require_dynamic_shapes(op, what):
@@ -115,15 +140,16 @@ def settle(value, static_shape, ctx):
   graph knows the per-iteration shape fully (row lengths checked at run time), else ragged
   with the static shape of `rest` set."""
   rows = value.tensor
+  k = 1 if rows.dims is None else rows.dims.shape[1]
   if not static_shape.is_fully_defined():
     if static_shape.rank is not None:
-      rows.values.set_shape(tf.TensorShape([None]).concatenate(static_shape[1:]))
+      rows.values.set_shape(tf.TensorShape([None]).concatenate(static_shape[k:]))
     return value
-  length = static_shape[0]
+  sizes = rows.row_lengths if rows.dims is None else rows.dims
   check = tf.debugging.Assert(
-      tf.reduce_all(tf.equal(rows.row_lengths, length)),
-      [f"vectorize: a value of per-iteration shape {static_shape} has other first "
-       "dimensions in some iterations:", rows.row_lengths], summarize=20)
+      tf.reduce_all(tf.equal(sizes, static_shape[:k].as_list() if k > 1 else static_shape[0])),
+      [f"vectorize: a value of per-iteration shape {static_shape} has other sizes in some "
+       "iterations:", sizes], summarize=20)
   n = ctx.static_n if ctx.static_n is not None else ctx.n
   with tf.control_dependencies([check]):
     shape = tf.concat([tf.reshape(tf.cast(n, tf.int32), [1]),
@@ -182,6 +208,8 @@ def from_ragged_tensor(rt):
 
 _CONVERTERS = {}
 _ELEMENTWISE = []
+_MULTI_AXIS = {}            # op type -> (converter, accepts(op) -> bool)
+_MULTI_AXIS_PRODUCERS = {}  # op type -> converter
 
 
 def register(*op_types):
@@ -199,10 +227,70 @@ def register_elementwise(converter):
   return converter
 
 
+def register_multi_axis(*op_types, accepts=lambda op: True):
+  """Decorator registering the converter of op types for inputs that differ in several
+  axes (`is_multi_axis`); `accepts(op)` says, before conversion, whether it takes this op
+  (its attributes, constant inputs), so that producers choose the form by their uses."""
+
+  def decorate(converter):
+    registry.registering_into(_MULTI_AXIS, op_types, "A multi-axis converter")(
+        (converter, accepts))
+    return converter
+
+  return decorate
+
+
+def register_multi_axis_producer(*op_types):
+  """Decorator registering a converter giving values that differ in several axes, used
+  instead of the op's own converter where every use of its output takes them."""
+  return registry.registering_into(_MULTI_AXIS_PRODUCERS, op_types,
+                                   "A multi-axis producer")
+
+
+def _multi_axis_converter(op):
+  """The converter of op for an input that differs in several axes, if it accepts op: its
+  own, or the elementwise one."""
+  converter, accepts = _MULTI_AXIS.get(op.type, (None, None))
+  if converter is None and _ELEMENTWISE and (op.type in _elementwise_op_types() or
+                                             _CONVERTERS.get(op.type) is _ELEMENTWISE[0]):
+    return _ELEMENTWISE[0]
+  return converter if converter is not None and accepts(op) else None
+
+
+def _multi_axis_uses_only(tensor):
+  """Whether every use of `tensor` has a multi-axis converter that accepts it, and so on
+  down through the uses whose outputs the graph does not know whole."""
+  uses = tensor.consumers()
+  if not uses or any(tensor is t for t in getattr(tensor.graph, "outputs", ())):
+    return False
+  for use in uses:
+    if _multi_axis_converter(use) is None:
+      return False
+    if not all(t.shape.is_fully_defined() or _multi_axis_uses_only(t) for t in use.outputs):
+      return False
+  return True
+
+
+def _multi_axis_producer(op):
+  """The multi-axis producer of op where its output differs in several axes and every use
+  takes that; else None."""
+  producer = _MULTI_AXIS_PRODUCERS.get(op.type)
+  if producer is None or options.static_shapes_wanted() or len(op.outputs) != 1:
+    return None
+  shape = op.outputs[0].shape
+  if shape.rank is None or sum(d is None for d in shape.as_list()) < 2:
+    return None
+  return producer if _multi_axis_uses_only(op.outputs[0]) else None
+
+
+def _elementwise_op_types():
+  from vectorize import family  # pylint: disable=import-outside-toplevel
+  return family.elementwise_op_types()
+
+
 def registered_op_types():
   """The sorted op types with a ragged converter (elementwise ones included)."""
-  from vectorize import family  # pylint: disable=import-outside-toplevel
-  extra = family.elementwise_op_types() if _ELEMENTWISE else ()
+  extra = _elementwise_op_types() if _ELEMENTWISE else ()
   return sorted(set(_CONVERTERS) | set(extra))
 
 
@@ -211,11 +299,12 @@ def converter_for(op, inputs, dense_converter):
   ragged one registered for op's type, or one raising Unvectorizable that says why."""
   ragged_inputs = [k for k, v in enumerate(inputs) if is_ragged(v)]
   if not ragged_inputs:
-    return dense_converter
-  converter = _CONVERTERS.get(op.type)
-  if converter is None and _ELEMENTWISE:
-    from vectorize import family  # pylint: disable=import-outside-toplevel
-    if op.type in family.elementwise_op_types():
+    return _multi_axis_producer(op) or dense_converter
+  if any(is_multi_axis(inputs[k]) for k in ragged_inputs):
+    converter = _multi_axis_converter(op)
+  else:
+    converter = _CONVERTERS.get(op.type)
+    if converter is None and _ELEMENTWISE and op.type in _elementwise_op_types():
       converter = _ELEMENTWISE[0]
   if converter is not None:
     return converter

@@ -1,0 +1,234 @@
+"""Images of their own sizes: values that differ per iteration in several axes.
+
+`tf.image.resize(tf.io.decode_png(x[i]), [32, 32])` decodes every image at its own height
+and width, then resizes it to one size. The decode gives a multi-axis ragged value
+(`vectorize.ragged`: each image's pixels, its varying axes merged, concatenated, with its
+sizes); the walker picks that form only where every use of the image takes it, so images
+that are decoded and then returned keep the dense converter. A resize to a fixed size reads
+every output pixel's source pixels by gathers from the concatenated pixels, with the
+kernels' own coordinate arithmetic, per image, and gives a stacked tensor again: no loop
+after the decode.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from vectorize import ragged
+from vectorize import values
+from vectorize.errors import Unvectorizable
+from vectorize.values import stacked
+
+_PARALLEL_ROWS = 16
+
+
+def _varying_axes(shape):
+  """k: the leading axes up to the last one the graph does not know (they are merged)."""
+  unknown = [a for a, d in enumerate(shape.as_list()) if d is None]
+  return unknown[-1] + 1
+
+
+@ragged.register_multi_axis_producer("DecodeAndCropJpeg", "DecodeBmp", "DecodeGif",
+                                     "DecodeImage", "DecodeJpeg", "DecodePng")
+def _convert_decode(op):
+  """Each iteration's decode in one while loop; its image flattened over the varying axes
+  (`[h * w, c]`) is written to a TensorArray, its sizes to another."""
+  ragged.require_dynamic_shapes(op.op, "an image decoded at its own size")
+  out = op.op.outputs[0]
+  k = _varying_axes(out.shape)
+  inputs = [op.value(i) for i in range(op.num_inputs)]
+
+  def body(i, images, sizes):
+    image = op.rebuild([tf.gather(v.tensor, i) if v.stacked else v.tensor for v in inputs])[0]
+    shape = tf.shape(image, out_type=tf.int32)
+    flat = tf.reshape(image, tf.concat([[-1], shape[k:]], 0))
+    return i + 1, images.write(i, flat), sizes.write(i, shape[:k])
+
+  n = op.ctx.n
+  images = tf.TensorArray(out.dtype, size=n, infer_shape=False,
+                          element_shape=tf.TensorShape([None]).concatenate(out.shape[k:]))
+  sizes = tf.TensorArray(tf.int32, size=n, element_shape=[k])
+  _, images, sizes = tf.while_loop(lambda i, *_: i < n, body, (0, images, sizes),
+                                   parallel_iterations=_PARALLEL_ROWS)
+  return ragged.multi_axis(images.concat(), sizes.stack())
+
+
+# ----------------------------------------------------------------------------- shapes
+
+@ragged.register_multi_axis("Shape")
+def _convert_shape(op):
+  """`[n, rank]`: each iteration's sizes of the merged axes, then the shared rest."""
+  rows = op.value(0).tensor
+  out_type = op.attr("out_type")
+  rest = tf.shape(rows.values, out_type=out_type)[1:]
+  n = tf.shape(rows.dims)[0]
+  return stacked(tf.concat([tf.cast(rows.dims, out_type),
+                            tf.tile(rest[None], tf.stack([n, 1]))], 1))
+
+
+@ragged.register_multi_axis("ExpandDims")
+def _convert_expand_dims(op):
+  """A new axis among the merged ones: a column of ones in the sizes; after them: on the
+  pixels."""
+  rows = op.value(0).tensor
+  k = rows.dims.shape[1]
+  axis = int(op.static_value(1)) % (k + values.rank(rows.values))
+  if axis > k:
+    return ragged.same_rows(tf.expand_dims(rows.values, axis - k + 1), rows)
+  ones = tf.ones_like(rows.dims[:, :1])
+  dims = tf.concat([rows.dims[:, :axis], ones, rows.dims[:, axis:]], 1)
+  return ragged.multi_axis(rows.values, dims)
+
+
+@ragged.register_multi_axis("Squeeze")
+def _convert_squeeze(op):
+  """Merged axes of size 1 leave the sizes (checked); later ones: on the pixels."""
+  rows = op.value(0).tensor
+  k = rows.dims.shape[1]
+  rank = k + values.rank(rows.values) - 1
+  axes = sorted({a % rank for a in op.attr("squeeze_dims")})
+  if not axes:
+    raise Unvectorizable("squeeze with no axes of a value that differs in several axes")
+  merged = [a for a in axes if a < k]
+  later = [a - k + 1 for a in axes if a >= k]
+  flat = tf.squeeze(rows.values, later) if later else rows.values
+  kept = [a for a in range(k) if a not in merged]
+  pick = lambda axes: tf.gather(rows.dims, tf.constant(axes, tf.int32), axis=1)
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(pick(merged), 1)), [
+      f"vectorize: {op.op.name}: squeezing an axis whose size is not 1 in every iteration:",
+      rows.dims])
+  with tf.control_dependencies([check]):
+    return ragged.multi_axis(tf.identity(flat), pick(kept))
+
+
+@ragged.register_multi_axis("CheckNumerics", "Identity", "StopGradient")
+def _convert_identity(op):
+  rows = op.value(0).tensor
+  return ragged.same_rows(op.rebuild([rows.values])[0], rows)
+
+
+# ----------------------------------------------------------------------------- resizing
+
+def _fixed_size_of_one_image(op):
+  """A resize whose images are one per iteration (`[1, h, w, c]`, c known) and whose size
+  is a constant."""
+  shape = op.inputs[0].shape
+  return (shape.rank == 4 and shape[0] == 1 and shape[3] is not None and
+          tf.get_static_value(op.inputs[1]) is not None)
+
+
+def _scale(in_size, out_size, align_corners):
+  """Per iteration, input pixels per output pixel, in float32 as the kernels compute it."""
+  in_size = tf.cast(in_size, tf.float32)
+  if align_corners and out_size > 1:
+    return (in_size - 1.) / float(out_size - 1)
+  return in_size / float(out_size)
+
+
+def _source(in_size, out_size, align_corners, shift):
+  """`[n, out_size]` float32: each output pixel's position in the input image, half-pixel
+  centers shifted by `shift` (0.5 for bilinear and bicubic, 0 for nearest)."""
+  scale = _scale(in_size, out_size, align_corners)[:, None]
+  positions = tf.range(out_size, dtype=tf.float32)[None]
+  if shift is None:
+    return positions * scale
+  return (positions + 0.5) * scale - shift
+
+
+def _nearest_taps(in_size, out_size, align_corners, half_pixel):
+  src = _source(in_size, out_size, align_corners, 0. if half_pixel else None)
+  index = tf.floor(src)
+  if align_corners:                                  # roundf: halves away from zero
+    index += tf.cast(src - index >= 0.5, tf.float32)
+  index = tf.minimum(tf.cast(index, tf.int32), in_size[:, None] - 1)
+  if half_pixel:
+    index = tf.maximum(index, 0)
+  return [index], None
+
+
+def _bilinear_taps(in_size, out_size, align_corners, half_pixel):
+  src = _source(in_size, out_size, align_corners, 0.5 if half_pixel else None)
+  low = tf.floor(src)
+  lower = tf.maximum(tf.cast(low, tf.int32), 0)
+  upper = tf.minimum(tf.cast(tf.math.ceil(src), tf.int32), in_size[:, None] - 1)
+  return [lower, upper], src - low
+
+
+def _cubic_table(a):
+  """The kernel's table of cubic weights at 1024 steps of the fractional position: entry 2q
+  for distance q/1024, entry 2q + 1 for distance 1 + q/1024."""
+  x = (np.arange(1025) / 1024.).astype(np.float32).astype(np.float64)
+  near = ((a + 2) * x - (a + 3)) * x * x + 1
+  x = (x + 1).astype(np.float32).astype(np.float64)
+  far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+  return tf.constant(np.stack([near, far], 1).reshape([-1]).astype(np.float32))
+
+
+def _bicubic_taps(in_size, out_size, align_corners, half_pixel):
+  """Four taps; with half-pixel centers (Keys' cubic, a = -0.5) taps outside the image get
+  weight 0 and the rest are renormalized, else (a = -0.75) they repeat the edge pixel."""
+  src = _source(in_size, out_size, align_corners, 0.5 if half_pixel else None)
+  floor = tf.floor(src)
+  base = tf.cast(floor, tf.int32)
+  offset = tf.cast(tf.round((src - floor) * 1024.), tf.int32)         # lrintf: half to even
+  table = _cubic_table(-0.5 if half_pixel else -0.75)
+  weights = [tf.gather(table, offset * 2 + 1), tf.gather(table, offset * 2),
+             tf.gather(table, (1024 - offset) * 2), tf.gather(table, (1024 - offset) * 2 + 1)]
+  limit = in_size[:, None]
+  taps = [base + d for d in (-1, 0, 1, 2)]
+  bounded = [tf.clip_by_value(t, 0, limit - 1) for t in taps]
+  if half_pixel:
+    weights = [tf.where(tf.equal(b, t), w, 0.) for b, t, w in zip(bounded, taps, weights)]
+    total = tf.add_n(weights)
+    usable = tf.abs(total) >= 1000. * np.finfo(np.float32).tiny
+    weights = [tf.where(usable, w * (1. / total), w) for w in weights]
+  return bounded, weights
+
+
+def _interpolate(pick, taps_y, weights_y, taps_x, weights_x, method):
+  """The resized image from `pick(ys, xs)` (source pixels, float32 for interpolations), in
+  the kernels' order of operations."""
+  if method == "ResizeNearestNeighbor":
+    return pick(taps_y[0], taps_x[0])
+  if method == "ResizeBilinear":
+    y_lerp, x_lerp = weights_y[:, :, None, None], weights_x[:, None, :, None]
+    top_left, top_right = pick(taps_y[0], taps_x[0]), pick(taps_y[0], taps_x[1])
+    bottom_left, bottom_right = pick(taps_y[1], taps_x[0]), pick(taps_y[1], taps_x[1])
+    top = top_left + (top_right - top_left) * x_lerp
+    bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
+    return top + (bottom - top) * y_lerp
+  columns = []
+  for tx in taps_x:                  # the y interpolation of each x tap, then the x one
+    terms = [pick(ty, tx) * wy[:, :, None, None] for ty, wy in zip(taps_y, weights_y)]
+    columns.append(terms[0] + terms[1] + terms[2] + terms[3])
+  terms = [c * wx[:, None, :, None] for c, wx in zip(columns, weights_x)]
+  return terms[0] + terms[1] + terms[2] + terms[3]
+
+
+_TAPS = {"ResizeBicubic": _bicubic_taps, "ResizeBilinear": _bilinear_taps,
+         "ResizeNearestNeighbor": _nearest_taps}
+
+
+@ragged.register_multi_axis("ResizeBicubic", "ResizeBilinear", "ResizeNearestNeighbor",
+                            accepts=_fixed_size_of_one_image)
+def _convert_resize(op):
+  """One image per iteration to a fixed size: per image, the taps and weights of each
+  output row and column (from its own height and width), then gathers of the source
+  pixels from the concatenated ones. `[n, 1, height, width, c]`."""
+  rows = op.value(0).tensor
+  if rows.dims.shape[1] != 3:
+    raise Unvectorizable("a resize of images whose channels differ per iteration")
+  out_h, out_w = (int(s) for s in op.static_value(1))
+  align, half = op.attr("align_corners"), op.attr("half_pixel_centers")
+  h, w = rows.dims[:, 1], rows.dims[:, 2]
+  taps = _TAPS[op.type]
+  taps_y, weights_y = taps(h, out_h, align, half)
+  taps_x, weights_x = taps(w, out_w, align, half)
+  starts = rows.row_starts[:, None, None]
+  pixels = rows.values if op.type == "ResizeNearestNeighbor" else \
+      tf.cast(rows.values, tf.float32)
+
+  def pick(ys, xs):                  # [n, out_h], [n, out_w] -> [n, out_h, out_w, c]
+    return tf.gather(pixels, starts + ys[:, :, None] * w[:, None, None] + xs[:, None, :])
+
+  out = _interpolate(pick, taps_y, weights_y, taps_x, weights_x, op.type)
+  return stacked(out[:, None])
