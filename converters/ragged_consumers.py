@@ -22,10 +22,13 @@ def _common_rows(op):
   """The RaggedRows of op's ragged inputs, which must agree (checked at run time when they
   are not the same tensors), and the checks to depend on."""
   rows = [v.tensor for v in op.inputs if ragged.is_ragged(v)]
+  sizes = lambda r: r.row_lengths if r.dims is None else r.dims
   checks = [tf.debugging.Assert(
-      tf.reduce_all(tf.equal(r.row_lengths, rows[0].row_lengths)),
+      tf.reduce_all(tf.equal(sizes(r), sizes(rows[0]))),
       [f"vectorize: {op.op.name}: operands of different sizes in the same iteration"])
-            for r in rows[1:] if r.row_lengths is not rows[0].row_lengths]
+            for r in rows[1:] if sizes(r) is not sizes(rows[0])]
+  if any((r.dims is None) != (rows[0].dims is None) for r in rows):
+    raise Unvectorizable("operands that differ per iteration in different axes")
   if any(values.rank(r.values) != values.rank(rows[0].values) for r in rows):
     raise Unvectorizable("ragged operands of different ranks")
   return rows[0], checks
@@ -527,6 +530,30 @@ def _convert_gather(op):
     return ragged.same_rows(tf.gather(flat_params, index + offsets), index_rows)
 
 
+@ragged.register("GatherNd")
+def _convert_gather_nd(op):
+  """Ragged indices (a list of coordinates per iteration, as `tf.where` gives) into
+  loop-invariant params, into stacked params with each coordinate's iteration first, or
+  into ragged params with its first coordinate moved to the iteration's rows."""
+  params, indices = op.value(0), op.value(1)
+  if not ragged.is_ragged(indices) or values.rank(indices.tensor.values) < 2:
+    raise Unvectorizable("gather_nd of a ragged value at per-iteration indices")
+  index_rows = indices.tensor
+  index = index_rows.values                                       # [total, ..., r]
+  ids = values.expand_after_loop_axis(index_rows.row_ids, values.rank(index) - 1)
+  ids = tf.broadcast_to(ids, tf.concat([tf.shape(index)[:-1], [1]], 0))
+  if ragged.is_ragged(params):
+    rows = params.tensor
+    first = tf.gather(tf.cast(rows.row_starts, index.dtype), ids) + index[..., :1]
+    limit = tf.cast(tf.gather(rows.row_lengths, ids), index.dtype)
+    with tf.control_dependencies([_index_check(op, index[..., :1], limit)]):
+      index = tf.concat([first, index[..., 1:]], -1)
+    return ragged.same_rows(tf.gather_nd(rows.values, index), index_rows)
+  if params.stacked:
+    index = tf.concat([tf.cast(ids, index.dtype), index], -1)
+  return ragged.same_rows(tf.gather_nd(params.tensor, index), index_rows)
+
+
 def _gather_rows(op, rows, indices):
   """Rows of each iteration's value of ragged `rows`, at per-iteration or ragged indices."""
   starts = rows.row_starts
@@ -547,6 +574,74 @@ def _gather_rows(op, rows, indices):
   offset = values.expand_after_loop_axis(tf.cast(starts, index.dtype), rank)
   with tf.control_dependencies([_index_check(op, index, limit)]):
     return stacked(tf.gather(rows.values, index + offset))
+
+
+# ----------------------------------------------------------------------------- sparse
+
+def _scatter_sparse(op, indices, sparse_values, limits):
+  """Where each iteration's sparse entries (ragged indices `[nnz, r]` and values, or a
+  scalar value) go in a dense `[n] + shape`: the coordinates, the iteration first, and the
+  values, checked within `limits` (the shape `[r]`, or one per iteration `[n, r]`)."""
+  rows = op.value(indices).tensor
+  coordinates = tf.cast(rows.values, tf.int64)
+  if values.rank(coordinates) == 1:
+    coordinates = coordinates[:, None]
+  entries = op.value(sparse_values)
+  if ragged.is_ragged(entries):
+    amounts = entries.tensor.values
+  elif entries.stacked or values.rank(entries.tensor):
+    raise Unvectorizable("sparse values that are neither ragged like the indices nor a scalar")
+  else:
+    amounts = tf.fill(tf.shape(coordinates)[:1], entries.tensor)
+  ids = tf.cast(rows.row_ids, tf.int64)[:, None]
+  where = tf.concat([ids, coordinates], 1)
+  if values.rank(limits) == 2:
+    limits = tf.gather(limits, rows.row_ids)
+  limit = tf.cast(limits, tf.int64)
+  inside = tf.reduce_all((coordinates >= 0) & (coordinates < limit))
+  check = tf.debugging.Assert(inside, [
+      f"vectorize: {op.op.name}: a sparse index outside the dense shape in some iteration"])
+  with tf.control_dependencies([check]):
+    return where, amounts
+
+
+@ragged.register("SparseToDense")
+def _convert_sparse_to_dense(op):
+  """A loop-invariant output shape: one scatter of every iteration's entries into
+  `[n] + output_shape` filled with the default value. A per-iteration one (the shape of a
+  ragged value) whose later axes agree: a ragged result, each iteration's entries moved to
+  its own rows."""
+  default = op.invariant(3)
+  if not op.is_stacked(1):
+    shape = tf.reshape(tf.cast(op.invariant(1), tf.int32), [-1])
+    out = tf.fill(tf.concat([[op.ctx.n], shape], 0), default)
+    where, amounts = _scatter_sparse(op, 0, 2, shape)
+    return stacked(tf.tensor_scatter_nd_update(out, where, amounts))
+  shapes = tf.cast(op.stacked(1), tf.int32)                        # [n, r]
+  rest = tf.reduce_max(tf.concat([tf.zeros([1, tf.shape(shapes)[1] - 1], tf.int32),
+                                  shapes[:, 1:]], 0), 0)
+  agree = tf.debugging.Assert(tf.reduce_all(tf.equal(shapes[:, 1:], rest)), [
+      f"vectorize: {op.op.name}: dense shapes that differ per iteration past their first axis"])
+  out = ragged.RaggedRows(tf.zeros([0], default.dtype), shapes[:, 0])
+  with tf.control_dependencies([agree]):
+    flat = tf.fill(tf.concat([[tf.reduce_sum(out.row_lengths)], rest], 0), default)
+  where, amounts = _scatter_sparse(op, 0, 2, shapes)
+  starts = tf.gather(tf.cast(out.row_starts, tf.int64), where[:, 0])
+  where = tf.concat([where[:, 1:2] + starts[:, None], where[:, 2:]], 1)
+  return ragged.ragged(tf.tensor_scatter_nd_update(flat, where, amounts), out.row_lengths)
+
+
+@ragged.register("SparseReduceSum")
+def _convert_sparse_reduce_sum(op):
+  """A loop-invariant dense shape: every iteration's entries added into a dense
+  `[n] + shape` (duplicates add, as in the kernel), then summed over the axes."""
+  shape = tf.cast(op.invariant(2), tf.int32)
+  zeros = tf.zeros(tf.concat([[op.ctx.n], tf.reshape(shape, [-1])], 0), op.op.outputs[0].dtype)
+  where, amounts = _scatter_sparse(op, 0, 1, shape)
+  dense = tf.tensor_scatter_nd_add(zeros, where, amounts)
+  axes = tf.reshape(tf.cast(op.invariant(3), tf.int32), [-1])
+  axes = tf.math.floormod(axes, tf.size(shape)) + 1
+  return stacked(tf.reduce_sum(dense, axes, keepdims=op.attr("keep_dims")))
 
 
 # ----------------------------------------------------------------------------- producers

@@ -109,6 +109,12 @@ BODIES = {
     "tile_ragged": lambda i: tf.tile(tf.range(LIMS[i]), [2]),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
+    "gather_nd_stacked_params": lambda i: tf.gather_nd(M[i], tf.where(M[i] > 0)),
+    "gather_nd_invariant_params": lambda i: tf.gather_nd(M[0], tf.where(M[i] > 0)),
+    "gather_nd_ragged_params": lambda i: tf.gather_nd(
+        tf.range(LIMS[i]) * 2, tf.where(tf.range(LIMS[i]) % 2 == 0)),
+    "sparse_from_ragged": lambda i: tf.sparse.to_dense(
+        tf.sparse.from_dense(tf.range(FOURS[i]) % 2), default_value=-1),
 }
 
 
