@@ -7,7 +7,8 @@ sizes); the walker picks that form only where every use of the image takes it, s
 that are decoded and then returned keep the dense converter. A resize to a fixed size reads
 every output pixel's source pixels by gathers from the concatenated pixels, with the
 kernels' own coordinate arithmetic, per image, and gives a stacked tensor again: no loop
-after the decode.
+after the decode. Where the images turn out to have one size, the resize kernel runs on
+them as a batch instead (with no conditional: the other side gets no images).
 """
 
 import numpy as np
@@ -37,19 +38,22 @@ def _convert_decode(op):
   k = _varying_axes(out.shape)
   inputs = [op.value(i) for i in range(op.num_inputs)]
 
-  def body(i, images, sizes):
+  rest = out.shape[k:]
+  flat_shape = [-1] + rest.as_list() if rest.is_fully_defined() else None
+
+  def body(i, images, shapes):       # few ops per row: the loop runs one step per image
     image = op.rebuild([tf.gather(v.tensor, i) if v.stacked else v.tensor for v in inputs])[0]
     shape = tf.shape(image, out_type=tf.int32)
-    flat = tf.reshape(image, tf.concat([[-1], shape[k:]], 0))
-    return i + 1, images.write(i, flat), sizes.write(i, shape[:k])
+    flat = tf.reshape(image, flat_shape or tf.concat([[-1], shape[k:]], 0))
+    return i + 1, images.write(i, flat), shapes.write(i, shape)
 
   n = op.ctx.n
   images = tf.TensorArray(out.dtype, size=n, infer_shape=False,
-                          element_shape=tf.TensorShape([None]).concatenate(out.shape[k:]))
-  sizes = tf.TensorArray(tf.int32, size=n, element_shape=[k])
-  _, images, sizes = tf.while_loop(lambda i, *_: i < n, body, (0, images, sizes),
-                                   parallel_iterations=_PARALLEL_ROWS)
-  return ragged.multi_axis(images.concat(), sizes.stack())
+                          element_shape=tf.TensorShape([None]).concatenate(rest))
+  shapes = tf.TensorArray(tf.int32, size=n, element_shape=[out.shape.rank])
+  _, images, shapes = tf.while_loop(lambda i, *_: i < n, body, (0, images, shapes),
+                                    parallel_iterations=_PARALLEL_ROWS)
+  return ragged.multi_axis(images.concat(), shapes.stack()[:, :k])
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -211,12 +215,29 @@ _TAPS = {"ResizeBicubic": _bicubic_taps, "ResizeBilinear": _bilinear_taps,
 @ragged.register_multi_axis("ResizeBicubic", "ResizeBilinear", "ResizeNearestNeighbor",
                             accepts=_fixed_size_of_one_image)
 def _convert_resize(op):
-  """One image per iteration to a fixed size: per image, the taps and weights of each
-  output row and column (from its own height and width), then gathers of the source
-  pixels from the concatenated ones. `[n, 1, height, width, c]`."""
+  """One image per iteration to a fixed size, `[n, 1, height, width, c]`. Where every image
+  has one size (the usual case, known only at run time), the op's own kernel on the batch;
+  else per image the taps and weights of each output row and column (from its own height
+  and width), then gathers of the source pixels from the concatenated ones. No conditional:
+  the side not taken runs on no images."""
   rows = op.value(0).tensor
   if rows.dims.shape[1] != 3:
     raise Unvectorizable("a resize of images whose channels differ per iteration")
+  n = op.ctx.n
+  largest = tf.reduce_max(tf.concat([tf.ones([1, 3], tf.int32), rows.dims], 0), 0)
+  one_size = tf.reduce_all(tf.equal(rows.dims, largest))
+  whole = tf.where(one_size, n, 0)                       # images the kernel resizes
+  height, width = (tf.where(one_size, d, 1) for d in (largest[1], largest[2]))
+  channels = tf.shape(rows.values)[1]
+  batch = values.reshape(rows.values[:whole * height * width],
+                         [whole, height, width, channels])
+  rest = ragged.RaggedRows(rows.values, rows.row_lengths[whole:], rows.dims[whole:])
+  out = tf.concat([op.rebuild([batch, op.invariant(1)])[0], _resize_each(op, rest)], 0)
+  return stacked(out[:, None])
+
+
+def _resize_each(op, rows):
+  """`[n, height, width, c]`: each image resized from its own size by gathers."""
   out_h, out_w = (int(s) for s in op.static_value(1))
   align, half = op.attr("align_corners"), op.attr("half_pixel_centers")
   h, w = rows.dims[:, 1], rows.dims[:, 2]
@@ -230,5 +251,4 @@ def _convert_resize(op):
   def pick(ys, xs):                  # [n, out_h], [n, out_w] -> [n, out_h, out_w, c]
     return tf.gather(pixels, starts + ys[:, :, None] * w[:, None, None] + xs[:, None, :])
 
-  out = _interpolate(pick, taps_y, weights_y, taps_x, weights_x, op.type)
-  return stacked(out[:, None])
+  return _interpolate(pick, taps_y, weights_y, taps_x, weights_x, op.type)

@@ -53,6 +53,10 @@ BODIES = {
         tf.image.convert_image_dtype(_png(i), tf.float32), [6, 6]),
     "per_iteration_brightness": lambda i: tf.image.resize(
         tf.cast(_png(i), tf.float32) / 255. + BRIGHTNESS[i], [4, 4]),
+    "one_size_bilinear": lambda i: tf.image.resize(
+        tf.io.decode_png(SAME_SIZE[i], channels=3), [3, 7]),
+    "one_size_nearest": lambda i: tf.image.resize(
+        tf.io.decode_png(SAME_SIZE[i], channels=3), [6, 2], method="nearest"),
     "height_and_resized": lambda i: (tf.shape(_png(i))[0],
                                      tf.image.resize(_png(i), [3, 3], method="nearest")),
 }
@@ -75,12 +79,11 @@ def test_images_of_own_sizes_resized_equal_loop(name, n, mode):
   _assert_close(_run(body, n, mode), _reference(body, n))
 
 
-def test_resize_has_no_loop_after_the_decode():
+def test_resize_has_no_loop_or_conditional_after_the_decode():
   fn = tf.function(lambda: vectorize.pfor(BODIES["bilinear"], N, fallback_to_while_loop=False))
-  ops = fn.get_concrete_function().graph.get_operations()
-  loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
-  assert len(loops) == 1      # the decodes'
-  assert not any(op.type.startswith("Resize") for op in ops)
+  types = [op.type for op in fn.get_concrete_function().graph.get_operations()]
+  assert types.count("While") + types.count("StatelessWhile") == 1      # the decodes'
+  assert not {"If", "StatelessIf", "Case"} & set(types)
 
 
 def test_images_of_one_size_returned_whole_stay_dense():
