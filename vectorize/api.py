@@ -8,6 +8,7 @@ convert again.
 
 import functools
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -26,9 +27,9 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
   Args:
     loop_fn: `loop_fn(i)` or `loop_fn(i, pfor_config)`, returning a nested structure of
       tensors, Python scalars, `tf.IndexedSlices` (returned dense), `tf.RaggedTensor`s
-      (returned with one more ragged dimension), Operations (run for
-      their effect) and None (passed through). A function, callable object,
-      `functools.partial` or `tf.function`.
+      (returned with one more ragged dimension), `tf.SparseTensor`s (returned with a
+      leading loop axis), Operations (run for their effect) and None (passed through).
+      A function, callable object, `functools.partial` or `tf.function`.
     iters: the number of iterations: a non-negative Python int, `Dimension` or scalar
       integer tensor, below 2**31.
     fallback_to_while_loop: when an op cannot be vectorized, run it in a sequential loop
@@ -39,7 +40,9 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
 
   Returns:
     loop_fn's output structure, each tensor with a new leading axis of size `iters` (a
-    `tf.RaggedTensor` where its size differs per iteration, as `tf.ragged.stack` gives); None
+    `tf.RaggedTensor` where its size differs per iteration, as `tf.ragged.stack` gives; a
+    SparseTensor as `tf.sparse.concat` of the iterations' with a new first axis, its dense
+    shape the largest over the iterations); None
     where loop_fn returned None; where it returned an Operation, an Operation running the
     vectorized one in graph mode, None in eager mode (it has run).
 
@@ -74,7 +77,8 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     fn: takes one element (elems' structure, the leading axis removed).
     elems: a nested structure of tensors whose leading dimensions are a common size n or 1
       (a leading dimension of 1 is broadcast to every iteration, as TensorFlow's does);
-      `tf.RaggedTensor`s of ragged rank 1 too (fn sees each row as a tensor).
+      `tf.RaggedTensor`s of ragged rank 1 too (fn sees each row as a tensor), and
+      `tf.SparseTensor`s of rank 2 or more (fn sees each row as a SparseTensor).
     fallback_to_while_loop: as in `pfor`.
     warn: as in `pfor` (on by default).
 
@@ -188,7 +192,74 @@ def _eager_body(build, *args, **kwargs):
 def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True):
   static_n = iters if isinstance(iters, int) else None
   n = tf.constant(iters, tf.int32) if static_n is not None else _run_time_n(iters)
-  return engine.vectorize_loop(loop_fn, n, static_n, fallback, parallel_iterations, warn)
+  result = engine.vectorize_loop(_sparse_outputs_as_parts(loop_fn), n, static_n, fallback,
+                                 parallel_iterations, warn)
+  return _stacked_sparse_outputs(result)
+
+
+# ----------------------------------------------------------------------------- sparse
+
+def _sparse_row(x, i):
+  """Row i of a SparseTensor in row-major order (or its only row), a SparseTensor: its
+  entries are a run of x's, found by a count of the entries per row."""
+  rows = tf.cast(x.dense_shape[0], tf.int32)
+  i = tf.where(rows > 1, i, 0)
+  counts = tf.math.bincount(tf.cast(x.indices[:, 0], tf.int32), minlength=rows, maxlength=rows)
+  splits = tf.concat([[0], tf.cumsum(counts)], 0)
+  entries = tf.range(splits[i], splits[i + 1])
+  return tf.SparseTensor(tf.gather(x.indices[:, 1:], entries), tf.gather(x.values, entries),
+                         x.dense_shape[1:])
+
+
+class _SparseParts(NamedTuple):
+  """A SparseTensor the body returns, as its three tensors (the engine stacks tensors):
+  per iteration, indices `[nnz, r]`, values `[nnz]`, dense shape `[r]`."""
+  indices: tf.Tensor
+  values: tf.Tensor
+  dense_shape: tf.Tensor
+
+
+def _sparse_outputs_as_parts(loop_fn):
+  """loop_fn, converted by autograph as the caller has it, its SparseTensor outputs as
+  `_SparseParts` (itself not converted again; its signature is loop_fn's)."""
+  fn = trace.autograph_like_caller(loop_fn)
+
+  @functools.wraps(loop_fn, updated=())
+  def body(*args):
+    return nest.map_structure(
+        lambda x: _SparseParts(x.indices, x.values, x.dense_shape)
+        if isinstance(x, tf.SparseTensor) else x, fn(*args))
+
+  return tf.autograph.experimental.do_not_convert(body)
+
+
+def _stacked_sparse_outputs(result):
+  """The `_SparseParts` in the stacked result as SparseTensors with a leading loop axis,
+  equal to `tf.sparse.concat` of the iterations' values with a new first axis: each
+  iteration's entries in order, the dense shape the largest over the iterations."""
+  shallow = nest.get_traverse_shallow_structure(
+      lambda x: not isinstance(x, _SparseParts), result)
+  return nest.map_structure_up_to(
+      shallow, lambda x: _stack_sparse(x) if isinstance(x, _SparseParts) else x, result)
+
+
+def _stack_sparse(parts):
+  shapes = tf.cast(parts.dense_shape, tf.int64)                         # [n, r]
+  n = tf.shape(shapes, out_type=tf.int64)[0]
+  indices = parts.indices
+  if isinstance(indices, tf.RaggedTensor):                              # [n, (nnz), r]
+    iteration, indices = indices.value_rowids(), indices.values
+  else:                                                                 # [n, nnz, r]
+    nnz = tf.shape(indices, out_type=tf.int64)[1]
+    iteration = tf.repeat(tf.range(n), nnz)
+    indices = tf.reshape(indices, [-1, tf.shape(indices)[2]])
+  flat_values = parts.values
+  flat_values = flat_values.values if isinstance(flat_values, tf.RaggedTensor) else \
+      tf.reshape(flat_values, [-1])
+  largest = tf.reduce_max(tf.concat([tf.zeros([1, tf.shape(shapes)[1]], tf.int64), shapes],
+                                    0), 0)
+  return tf.SparseTensor(tf.concat([iteration[:, None], tf.cast(indices, tf.int64)], 1),
+                         flat_values, tf.concat([n[None], largest], 0))
 
 
 def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
@@ -212,8 +283,14 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
 
 
 def _as_tensor(x):
-  """A tensor, or a `tf.RaggedTensor` of ragged rank 1 (each row one element of a size of
-  its own)."""
+  """A tensor, a `tf.RaggedTensor` of ragged rank 1 (each row one element of a size of
+  its own), or a `tf.SparseTensor` of rank 2 or more (its entries in row-major order)."""
+  if isinstance(x, tf.SparseTensor):
+    if x.shape.rank is not None and x.shape.rank < 2:
+      raise ValueError(f"vectorized_map takes SparseTensors of rank 2 or more in elems (each "
+                       f"element one row, itself a SparseTensor); got rank {x.shape.rank}. "
+                       "To fix: pass a dense tensor.")
+    return tf.sparse.reorder(x)
   if isinstance(x, tf.RaggedTensor):
     if x.ragged_rank != 1:
       raise ValueError(f"vectorized_map takes RaggedTensors of ragged rank 1 in elems; got "
@@ -245,6 +322,8 @@ def _common_leading_dimension(flat):
 def _leading_size(x):
   if isinstance(x, tf.RaggedTensor):
     return x.nrows(out_type=tf.int32)
+  if isinstance(x, tf.SparseTensor):
+    return tf.cast(x.dense_shape[0], tf.int32)
   return tf.shape(x, out_type=tf.int32)[0]
 
 
@@ -256,6 +335,8 @@ def _broadcasting_gather(x, i):
     i = tf.where(x.nrows(out_type=tf.int32) > 1, i, 0)
     splits = x.row_splits
     return tf.gather(x.values, tf.range(splits[i], splits[i + 1]))
+  if isinstance(x, tf.SparseTensor):
+    return _sparse_row(x, i)
   if x.shape.rank is not None and x.shape[0] == 1:
     return x[0]
   if x.shape.rank is None or x.shape[0] is None:
