@@ -128,9 +128,3 @@ def test_body_returning_a_ragged_tensor_equals_ragged_stack(name, n, mode):
     return
   expected = tf.ragged.stack([body(tf.constant(i)) for i in range(n)])
   assert actual.to_list() == expected.to_list()
-
-
-def test_body_returning_a_sparse_tensor_is_refused():
-  sparse = tf.sparse.from_dense(tf.eye(2))
-  with pytest.raises(TypeError, match="SparseTensor"):
-    vectorize.pfor(lambda i: sparse, 3)
