@@ -63,10 +63,11 @@ def test_body_returning_none_passes_it_through():
   assert tf.function(lambda: vectorize.pfor(lambda i: None, 3))() is None
 
 
-def test_body_returning_a_sparse_tensor_raises_type_error():
+def test_body_returning_a_sparse_tensor_gives_one_with_a_loop_axis():
   sparse = tf.sparse.from_dense(tf.eye(2))
-  with pytest.raises(TypeError, match="SparseTensor"):
-    vectorize.pfor(lambda i: sparse, 3)
+  stacked = vectorize.pfor(lambda i: sparse, 3)
+  assert isinstance(stacked, tf.SparseTensor)
+  np.testing.assert_array_equal(tf.sparse.to_dense(stacked), tf.stack([tf.eye(2)] * 3))
 
 
 def _set_difference_body(i):
