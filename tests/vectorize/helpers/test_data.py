@@ -189,11 +189,12 @@ def test_map_and_batch_of_a_record_pipeline_decodes_by_one_op_per_batch():
   assert types.count("ParseExampleV2") == 1 and types.count("DecodePng") == 1
 
 
-def test_map_and_batch_of_images_of_different_sizes_is_a_clear_error():
-  ds = _records([(8, 6), (8, 6), (7, 6)]).apply(data.map_and_batch(_preprocess, 3))
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="DecodePng .*outputs of different sizes"):
-    list(ds)
+def test_map_and_batch_of_images_of_different_sizes_equals_map_then_batch():
+  """Decoded at their own sizes, then resized to one (converters/ragged_images.py)."""
+  ds = _records([(8, 6), (8, 6), (7, 6), (3, 9)])
+  _assert_same_dataset(
+      ds.apply(data.map_and_batch(_preprocess, 3, fallback_to_while_loop=False)),
+      ds.map(_preprocess).batch(3))
 
 
 def test_data_pipeline_benchmark_forms_agree_at_a_small_size():
