@@ -94,8 +94,10 @@ def _convert_like(op):
 def _segment_reduce(op_type, x, ids, n):
   """x `[total] + rest` reduced over the rows of each iteration: `[n] + rest`; empty
   iterations give what the reduction of nothing gives."""
-  if op_type in ("Sum", "Mean"):
-    return tf.math.unsorted_segment_sum(x, ids, n)
+  if op_type in ("Sum", "Mean"):          # ids are sorted: the faster kernel, padded to n
+    sums = tf.math.segment_sum(x, ids)
+    missing = n - tf.shape(sums)[0]
+    return tf.pad(sums, tf.concat([[[0, missing]], tf.zeros([tf.rank(x) - 1, 2], tf.int32)], 0))
   if op_type == "Prod":
     return tf.math.unsorted_segment_prod(x, ids, n)
   if op_type in ("Max", "Min"):
@@ -208,15 +210,21 @@ def _convert_dynamic_partition(op):
 
 @ragged.register("Cumsum")
 def _convert_cumsum(op):
-  """Integers along the first axis: the flat cumulative sum less what earlier iterations
-  added (exact for integers; floats fall back, where the difference would round). Later
-  axes: on the flat values."""
+  """Along the first axis, integers: the flat cumulative sum less what earlier iterations
+  added (exact); floats: each iteration's rows laid into one padded `[n, longest]` block,
+  summed along it and read back (the same additions as per iteration: padding adds zeros
+  after a row, or before it in reverse). Later axes: on the flat values."""
   rows = op.value(0).tensor
   axis = int(op.static_value(1)) % values.rank(rows.values)
   if axis:
     return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
   if not rows.dtype.is_integer:
-    raise Unvectorizable("a floating cumulative sum along the ragged axis")
+    where = tf.stack([rows.row_ids, rows.positions], 1)
+    longest = tf.reduce_max(tf.concat([[0], rows.row_lengths], 0))
+    block = tf.scatter_nd(where, rows.values, tf.concat(
+        [[op.ctx.n, longest], tf.shape(rows.values)[1:]], 0))
+    summed = op.rebuild([block, tf.constant(1, op.op.inputs[1].dtype)])[0]
+    return ragged.same_rows(tf.gather_nd(summed, where), rows)
   flat = op.rebuild([rows.values, op.invariant(1)])[0]
   whole = tf.math.unsorted_segment_sum(rows.values, rows.row_ids, op.ctx.n)
   if op.attr("reverse"):

@@ -39,7 +39,11 @@ def _convert_range(op):
   else:
     lengths = tf.math.ceil(tf.abs((limit - start) / delta))
   with tf.control_dependencies([check]):
-    rows = ragged.RaggedRows(tf.zeros([0], start.dtype), tf.cast(lengths, tf.int32))
+    lengths = tf.cast(lengths, tf.int32)
+    if start.dtype.is_integer:        # exact either way: one kernel call, no row ids
+      flat = tf.raw_ops.RaggedRange(starts=start, limits=limit, deltas=delta).rt_dense_values
+      return ragged.ragged(flat, lengths)
+    rows = ragged.RaggedRows(tf.zeros([0], start.dtype), lengths)
     ids = rows.row_ids
     positions = tf.cast(rows.positions, start.dtype)
     flat = tf.gather(start, ids) + positions * tf.gather(delta, ids)
@@ -54,6 +58,24 @@ def _convert_where(op):
   coordinates = tf.where(op.stacked(0))                   # [total, 1 + rank]
   ids = tf.cast(coordinates[:, 0], tf.int32)
   return ragged.ragged(coordinates[:, 1:], _segment_counts(ids, op.ctx.n))
+
+
+@register("RaggedRange")
+def _convert_ragged_range(op):
+  """All iterations' ranges by one call on their rows one after another (per iteration the
+  bounds broadcast to k rows): the values are ragged, each iteration's row splits the
+  run of the joint ones at its rows, less its first."""
+  ragged.require_dynamic_shapes(op.op, "tf.ragged.range with per-iteration bounds")
+  bounds = [op.stacked(k) for k in range(3)]
+  bounds = [b if values.rank(b) == 2 else b[:, None] for b in bounds]        # [n, k]
+  shape = tf.broadcast_dynamic_shape(tf.broadcast_dynamic_shape(
+      tf.shape(bounds[0]), tf.shape(bounds[1])), tf.shape(bounds[2]))
+  splits, flat = op.rebuild([tf.reshape(tf.broadcast_to(b, shape), [-1]) for b in bounds])
+  k = shape[1]
+  first = tf.range(op.ctx.n) * k                                             # [n]
+  local = tf.gather(splits, first[:, None] + tf.range(k + 1)[None])          # [n, k + 1]
+  local -= local[:, :1]
+  return [stacked(local), ragged.ragged(flat, local[:, -1])]
 
 
 def unique_rows(flat, ids, n, out_idx):

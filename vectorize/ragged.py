@@ -27,6 +27,7 @@ output comes back as a `tf.RaggedTensor`.
 """
 
 from typing import NamedTuple, Optional
+import weakref
 
 import tensorflow as tf
 
@@ -63,17 +64,35 @@ class RaggedRows(NamedTuple):
 
   @property
   def row_ids(self):
-    """`[sum(row_lengths)]`: the iteration of each row of `values`: a running count of the
-    iterations starting at or before each row (empty ones share the next one's start; ones
-    starting at the end count nowhere). One bincount and one cumsum, no [n, longest] mask."""
-    total = tf.reduce_sum(self.row_lengths)
-    starts = tf.math.bincount(self.row_starts, minlength=total, maxlength=total)
-    return tf.cumsum(starts) - 1
+    """`[sum(row_lengths)]`: the iteration of each row of `values`."""
+    return _row_index(self.row_lengths)[0]
 
   @property
   def positions(self):
     """`[sum(row_lengths)]`: each row's index within its iteration's value."""
-    return tf.range(tf.size(self.row_ids)) - tf.gather(self.row_starts, self.row_ids)
+    return _row_index(self.row_lengths)[1]
+
+
+_ROW_INDEX = weakref.WeakKeyDictionary()   # graph -> {(row lengths, context): (ids, positions)}
+
+
+def _row_index(row_lengths):
+  """The row ids and positions of `row_lengths`, made once per graph (and control-flow
+  context) and reused by every value laid out alike: one ragged range of the iterations'
+  numbers times the longest length, `i * longest + position`, split by a division."""
+  graph = tf.compat.v1.get_default_graph()
+  context = getattr(graph, "_get_control_flow_context", lambda: None)()
+  table = _ROW_INDEX.setdefault(graph, {})
+  key = (row_lengths.ref(), id(context))
+  if key not in table:
+    lengths = tf.cast(row_lengths, tf.int64)
+    longest = tf.maximum(tf.reduce_max(tf.concat([[0], lengths], 0)), 1)
+    bases = tf.range(tf.size(lengths, out_type=tf.int64)) * longest
+    _, numbers = tf.raw_ops.RaggedRange(starts=bases, limits=bases + lengths,
+                                        deltas=tf.ones([], tf.int64))
+    ids = numbers // longest
+    table[key] = (tf.cast(ids, tf.int32), tf.cast(numbers - ids * longest, tf.int32))
+  return table[key]
 
 
 def ragged(values, row_lengths):
