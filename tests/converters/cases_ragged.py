@@ -28,6 +28,11 @@ def _where_sum(x):
   return tf.reduce_sum(tf.where(x > 0), axis=0)
 
 
+def _ragged_range(starts, sizes):
+  rt = tf.ragged.range(starts, starts + sizes)
+  return tf.reduce_sum(rt.flat_values), rt.row_splits
+
+
 def _unique(x):
   y, idx = tf.unique(x)
   return tf.reduce_sum(y), tf.reduce_max(y), idx
@@ -55,6 +60,8 @@ CASES = [
     OpCase("Range-start_size_delta", _range_three, [(), (), ()], [_I32],
            make=[small_ints, indices_below(5), lambda rng, s, d: rng.choice(
                [-2, 1, 3], s).astype(d.as_numpy_dtype)], xla=_NO_XLA),
+    OpCase("RaggedRange", _ragged_range, [(3,), (3,)], [_I32, _I64],
+           make=[small_ints, indices_below(5)], xla=_NO_XLA),
     OpCase("Where", _where_sum, [(3, 4)], [_F32, _I32], xla=_NO_XLA),
     OpCase("Unique", _unique, [(6,)], [_I32, _F32], make=[small_ints], xla=_NO_XLA),
     OpCase("UniqueWithCounts", _unique_with_counts, [(6,)], [_I32, _I64],

@@ -109,6 +109,11 @@ BODIES = {
     "tile_ragged": lambda i: tf.tile(tf.range(LIMS[i]), [2]),
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
+    "cumsum_float": lambda i: tf.cumsum(_positive(i) * 0.1 + 1e-3),
+    "cumsum_float_reverse_exclusive": lambda i: tf.cumsum(_rows(i) * 0.3, exclusive=True,
+                                                          reverse=True),
+    "ragged_range_values": lambda i: tf.ragged.range(XI[i, :3], XI[i, 1:] + 2).flat_values,
+    "ragged_range_scalar_bounds": lambda i: tf.ragged.range(LIMS[i]).flat_values * 2,
     "gather_nd_stacked_params": lambda i: tf.gather_nd(M[i], tf.where(M[i] > 0)),
     "gather_nd_invariant_params": lambda i: tf.gather_nd(M[0], tf.where(M[i] > 0)),
     "gather_nd_ragged_params": lambda i: tf.gather_nd(

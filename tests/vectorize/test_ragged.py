@@ -110,6 +110,8 @@ RETURNS_RAGGED = {
     "split_two": lambda i: tf.strings.split(tf.stack([STRINGS[i], STRINGS[(i + 1) % N]])),
     "from_row_lengths": lambda i: tf.RaggedTensor.from_row_lengths(
         tf.range(LIMS[i] + 2), [2, LIMS[i]]),
+    "ragged_range": lambda i: tf.ragged.range(LIMS[i] - 2, tf.stack([LIMS[i], 3, 0])),
+    "ragged_range_deltas": lambda i: tf.ragged.range(0, 7, LIMS[i] + 1),
     "fixed_rows_scaled": lambda i: tf.RaggedTensor.from_row_lengths(
         tf.range(6.), [2, 4]) * tf.cast(i, tf.float32),
 }

@@ -11,19 +11,10 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from tests.converters.test_ragged import LIMS, N, X
+from tests.converters.test_ragged import LIMS, N, X, _run
 
 STACKED = tf.sparse.from_dense(tf.constant([[[1., 0.], [0., 2.]], [[0., 0.], [0., 0.]],
                                             [[3., 4.], [5., 0.]]]))
-
-
-def _run(body, n, mode):
-  pfor = lambda m: vectorize.pfor(body, m, fallback_to_while_loop=False)
-  if mode == "eager":
-    return pfor(n)
-  if mode == "function":
-    return tf.function(lambda: pfor(n))()
-  return tf.function(pfor, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
 
 
 def _sparse_stack(items, rank):
