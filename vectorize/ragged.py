@@ -27,7 +27,6 @@ output comes back as a `tf.RaggedTensor`.
 """
 
 from typing import NamedTuple, Optional
-import weakref
 
 import tensorflow as tf
 
@@ -73,7 +72,7 @@ class RaggedRows(NamedTuple):
     return _row_index(self.row_lengths)[1]
 
 
-_ROW_INDEX = weakref.WeakKeyDictionary()   # graph -> {(row lengths, context): (ids, positions)}
+_ROW_INDEX = "_vectorize_row_index"   # graph attribute: {(row lengths, context): (ids, positions)}
 
 
 def _row_index(row_lengths):
@@ -82,8 +81,11 @@ def _row_index(row_lengths):
   numbers times the longest length, `i * longest + position`, split by a division."""
   graph = tf.compat.v1.get_default_graph()
   context = getattr(graph, "_get_control_flow_context", lambda: None)()
-  table = _ROW_INDEX.setdefault(graph, {})
-  key = (row_lengths.ref(), id(context))
+  table = getattr(graph, _ROW_INDEX, None)     # kept on the graph: it goes with the graph
+  if table is None:
+    table = {}
+    setattr(graph, _ROW_INDEX, table)
+  key = (row_lengths.ref(), context)
   if key not in table:
     lengths = tf.cast(row_lengths, tf.int64)
     longest = tf.maximum(tf.reduce_max(tf.concat([[0], lengths], 0)), 1)
