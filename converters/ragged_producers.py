@@ -57,7 +57,7 @@ def _convert_where(op):
   ragged.require_dynamic_shapes(op.op, "one-argument tf.where")
   coordinates = tf.where(op.stacked(0))                   # [total, 1 + rank]
   ids = tf.cast(coordinates[:, 0], tf.int32)
-  return ragged.ragged(coordinates[:, 1:], _segment_counts(ids, op.ctx.n))
+  return ragged.ragged(coordinates[:, 1:], _segment_counts(ids, op.ctx.n), row_ids=ids)
 
 
 @register("RaggedRange")

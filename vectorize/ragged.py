@@ -75,17 +75,28 @@ class RaggedRows(NamedTuple):
 _ROW_INDEX = "_vectorize_row_index"   # graph attribute: {(row lengths, context): (ids, positions)}
 
 
+def _row_table():
+  """The default graph's table of row ids and positions (kept on the graph: it goes with
+  the graph)."""
+  graph = tf.compat.v1.get_default_graph()
+  table = getattr(graph, _ROW_INDEX, None)
+  if table is None:
+    table = {}
+    setattr(graph, _ROW_INDEX, table)
+  return table
+
+
+def _row_key(row_lengths):
+  graph = tf.compat.v1.get_default_graph()
+  return row_lengths.ref(), getattr(graph, "_get_control_flow_context", lambda: None)()
+
+
 def _row_index(row_lengths):
   """The row ids and positions of `row_lengths`, made once per graph (and control-flow
   context) and reused by every value laid out alike: one ragged range of the iterations'
   numbers times the longest length, `i * longest + position`, split by a division."""
-  graph = tf.compat.v1.get_default_graph()
-  context = getattr(graph, "_get_control_flow_context", lambda: None)()
-  table = getattr(graph, _ROW_INDEX, None)     # kept on the graph: it goes with the graph
-  if table is None:
-    table = {}
-    setattr(graph, _ROW_INDEX, table)
-  key = (row_lengths.ref(), context)
+  table = _row_table()
+  key = _row_key(row_lengths)
   if key not in table:
     lengths = tf.cast(row_lengths, tf.int64)
     longest = tf.maximum(tf.reduce_max(tf.concat([[0], lengths], 0)), 1)
@@ -97,10 +108,14 @@ def _row_index(row_lengths):
   return table[key]
 
 
-def ragged(values, row_lengths):
-  """A ragged Value from flat values and one int32 row length per iteration."""
-  return Value(RaggedRows(tf.convert_to_tensor(values),
-                          tf.cast(row_lengths, tf.int32)), True)
+def ragged(values, row_lengths, row_ids=None):
+  """A ragged Value from flat values and one int32 row length per iteration; `row_ids`,
+  where the producer has them, are kept for the consumers (`RaggedRows.row_ids`)."""
+  rows = RaggedRows(tf.convert_to_tensor(values), tf.cast(row_lengths, tf.int32))
+  if row_ids is not None:
+    positions = tf.range(tf.size(row_ids)) - tf.gather(rows.row_starts, row_ids)
+    _row_table()[_row_key(rows.row_lengths)] = (row_ids, positions)
+  return Value(rows, True)
 
 
 def multi_axis(values, dims):
