@@ -8,7 +8,6 @@ load 4.6): CPU per epoch hand-batched 96 ms, vectorize 138 ms, vectorize with th
 bare 125 ms. Fixed in per_row.map_rows (c374383): the row loop runs bare at a run-time n too.
 """
 
-import pytest
 import tensorflow as tf
 
 import vectorize
@@ -37,14 +36,12 @@ def _dataset_function_op_types(dataset):
   return {node.op for function in graph.library.function for node in function.node_def}
 
 
-@pytest.mark.xfail(strict=True, reason="api._run_time_n and vectorized_map's size check add "
-                   "Assert ops that gate the whole map function (api.py; map_and_batch in "
-                   "vectorize/helpers/data.py, agent G, could skip them: n is read from the batch)")
 def test_map_and_batch_function_holds_no_assert():
   """A batch's own size needs no run-time check, and an Assert gating the map function costs
   tf.data dearly: data_pipeline's hand-batched map with one such Assert added took 1.36x the
   wall time (1.10x CPU) of the map without it; map_and_batch with drop_remainder=True (no
-  check) took 0.90x (15 interleaved epochs, load 7.8)."""
+  check) took 0.90x (15 interleaved epochs, load 7.8). Fixed in fea6c1e: map_and_batch calls
+  the engine with n read from the batch."""
   dataset = tf.data.Dataset.from_tensor_slices(tf.zeros([10, 4])).apply(
       vectorize.data.map_and_batch(tf.nn.l2_normalize, 4, fallback_to_while_loop=False))
   assert "Assert" not in _dataset_function_op_types(dataset)
