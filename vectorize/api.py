@@ -189,9 +189,14 @@ def _eager_body(build, *args, **kwargs):
   return nest.map_structure(lambda x: None if isinstance(x, tf.Operation) else x, result)
 
 
-def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True):
+def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a_size=False):
+  """`is_a_size`: a run-time `iters` read from a tensor's shape (int32, never negative) needs
+  no range check, whose Assert would gate everything downstream (a tf.data map function)."""
   static_n = iters if isinstance(iters, int) else None
-  n = tf.constant(iters, tf.int32) if static_n is not None else _run_time_n(iters)
+  if static_n is not None:
+    n = tf.constant(iters, tf.int32)
+  else:
+    n = tf.cast(iters, tf.int32) if is_a_size else _run_time_n(iters)
   result = engine.vectorize_loop(_sparse_outputs_as_parts(loop_fn), n, static_n, fallback,
                                  parallel_iterations, warn)
   return _stacked_sparse_outputs(result)
@@ -279,7 +284,8 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
   def loop_fn(i):
     return fn(tf.nest.map_structure(lambda e: _broadcasting_gather(e, i), elems))
 
-  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn)
+  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn,
+                        is_a_size=True)
 
 
 def _as_tensor(x):
@@ -310,6 +316,8 @@ def _common_leading_dimension(flat):
                      f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in dims)}.")
   if None not in dims:
     return known[-1], []
+  if len(flat) == 1:
+    return _leading_size(flat[0]), []
   sizes = tf.stack([_leading_size(e) for e in flat])
   n = known[-1] if known and known[-1] > 1 else tf.reduce_max(sizes)
   check = tf.raw_ops.Assert(

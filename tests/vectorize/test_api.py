@@ -245,6 +245,21 @@ def test_vectorized_map_on_nested_elems():
                           tf.nest.map_structure(np.asarray, expected))
 
 
+def test_vectorized_map_of_one_run_time_batch_adds_no_assert():
+  """A batch's own size needs no range or agreement check: an Assert would gate the whole
+  function (a tf.data map function waits on it). Two elems still check that they agree."""
+  one = tf.function(lambda x: vectorize.vectorized_map(lambda r: r * 2.0, x),
+                    input_signature=[tf.TensorSpec([None, 3])])
+  ops = [op.type for op in one.get_concrete_function().graph.get_operations()]
+  assert "Assert" not in ops
+  np.testing.assert_allclose(one(tf.ones([4, 3])), 2 * np.ones([4, 3]))
+  assert one(tf.ones([0, 3])).shape == (0, 3)
+  two = tf.function(lambda x, y: vectorize.vectorized_map(lambda a: a[0] * a[1], (x, y)),
+                    input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None, 1])])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="same leading dimension"):
+    two(tf.ones([4, 3]), tf.ones([3, 1]))
+
+
 # ----------------------------------------------------------------------------- pfor_config
 
 def test_pfor_config_reduce_sum_gives_a_batch_statistic():
