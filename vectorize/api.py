@@ -60,7 +60,7 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
   iters = _check_iters(iters)
   parallel_iterations = _check_parallel_iterations(parallel_iterations)
   if not tf.executing_eagerly():
-    return _pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations, warn)
+    return pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations, warn)
   static = isinstance(iters, int)
   key = (callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
          parallel_iterations, warn, options.static_shapes_requested())
@@ -172,11 +172,11 @@ def _check_parallel_iterations(parallel_iterations):
 
 def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
   if static:
-    return tf.function(functools.partial(_eager_body, _pfor_in_graph, loop_fn, iters,
+    return tf.function(functools.partial(_eager_body, pfor_in_graph, loop_fn, iters,
                                          fallback, parallel_iterations, warn),
                        autograph=False)
   return tf.function(
-      lambda n: _eager_body(_pfor_in_graph, loop_fn, n, fallback, parallel_iterations, warn),
+      lambda n: _eager_body(pfor_in_graph, loop_fn, n, fallback, parallel_iterations, warn),
       input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
 
 
@@ -189,9 +189,10 @@ def _eager_body(build, *args, **kwargs):
   return nest.map_structure(lambda x: None if isinstance(x, tf.Operation) else x, result)
 
 
-def _pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a_size=False):
-  """`is_a_size`: a run-time `iters` read from a tensor's shape (int32, never negative) needs
-  no range check, whose Assert would gate everything downstream (a tf.data map function)."""
+def pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a_size=False):
+  """pfor in a graph being built (vectorized_map and map_and_batch call it too). `is_a_size`:
+  a run-time `iters` read from a tensor's shape (int32, never negative) needs no range check,
+  whose Assert would gate everything downstream (a tf.data map function)."""
   static_n = iters if isinstance(iters, int) else None
   if static_n is not None:
     n = tf.constant(iters, tf.int32)
@@ -284,7 +285,7 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
   def loop_fn(i):
     return fn(tf.nest.map_structure(lambda e: _broadcasting_gather(e, i), elems))
 
-  return _pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn,
+  return pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn,
                         is_a_size=True)
 
 

@@ -20,7 +20,6 @@ from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.util import nest
 
 from vectorize import api
-from vectorize import engine
 from vectorize.errors import ConversionError
 
 # Ops that call back into Python for each element.
@@ -97,17 +96,14 @@ def _vectorized(fn, fallback):
     if not flat:
       raise ValueError("map_and_batch: the dataset's elements hold no tensor.")
     static_n = flat[0].shape[0]
-    # The last batch may be smaller: n is read from the batch, so it needs no run-time range
-    # check (pfor's Assert on a run-time n would gate the whole map function, which costs
-    # tf.data a wait per batch).
-    n = (tf.constant(static_n, tf.int32) if static_n is not None
-         else tf.shape(flat[0], out_type=tf.int32)[0])
+    # The last batch may be smaller: n is read from the batch.
+    n = static_n if static_n is not None else tf.shape(flat[0], out_type=tf.int32)[0]
 
     def loop_fn(i):
       return fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))
 
     try:
-      outputs = engine.vectorize_loop(loop_fn, n, static_n, fallback)
+      outputs = api.pfor_in_graph(loop_fn, n, fallback, None, is_a_size=True)
     except ConversionError as e:
       raise ConversionError(
           f"map_and_batch cannot vectorize {_name(fn)}: {e} map_and_batch computes every "

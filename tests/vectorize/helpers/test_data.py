@@ -220,3 +220,22 @@ def test_map_and_batch_of_a_record_pipeline_with_keras_augmentation_equals_map_t
   _assert_same_dataset(
       ds.apply(data.map_and_batch(make_fn(), 4, fallback_to_while_loop=False)),
       ds.map(make_fn()).batch(4))
+
+
+def test_map_and_batch_stacks_sparse_outputs_and_holds_no_assert():
+  """A fn returning a SparseTensor gives the batch's SparseTensor, as map then batch does; the
+  batch's own size needs no range check (an Assert would gate the whole map function)."""
+  def fn(image, label):
+    return tf.sparse.from_dense(tf.where(image[0] > 0.5, image[0], 0.0)), label
+
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  actual = ds.apply(data.map_and_batch(fn, 4))
+  expected = ds.map(fn).batch(4)
+  assert isinstance(actual.element_spec[0], tf.SparseTensorSpec)
+  for (a, a_label), (e, e_label) in zip(actual, expected):
+    np.testing.assert_allclose(tf.sparse.to_dense(a), tf.sparse.to_dense(e))
+    np.testing.assert_array_equal(a.dense_shape, e.dense_shape)
+    np.testing.assert_array_equal(a_label, e_label)
+  mapped = data._vectorized(lambda x: x * 2.0, fallback=False)
+  graph = tf.function(mapped).get_concrete_function(tf.TensorSpec([None, 3])).graph
+  assert "Assert" not in [op.type for op in graph.get_operations()]
