@@ -30,12 +30,17 @@ class Value(NamedTuple):
 
 def stacked(tensor):
   """A value that differs per iteration; `tensor` has the loop axis first."""
-  return Value(tf.convert_to_tensor(tensor), True)
+  return Value(_as_tensor(tensor), True)
 
 
 def invariant(tensor):
   """A value that is the same in every iteration, at its own shape."""
-  return Value(tf.convert_to_tensor(tensor), False)
+  return Value(_as_tensor(tensor), False)
+
+
+def _as_tensor(value):
+  # Every converted op passes here: skip TF's conversion dispatch for what is a tensor.
+  return value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(value)
 
 
 def stack(value, n):
@@ -175,8 +180,11 @@ def expand_after_loop_axis(tensor, num_dims):
     shape = tf.shape(tensor)
     return tf.reshape(tensor, tf.concat([shape[:1], tf.ones([num_dims], tf.int32),
                                          shape[1:]], 0))
+  if num_dims > 1 and tensor.shape.is_fully_defined():   # one op
+    shape = tensor.shape.as_list()
+    return reshape(tensor, shape[:1] + [1] * num_dims + shape[1:])
   for _ in range(num_dims):
-    tensor = tf.expand_dims(tensor, 1)
+    tensor = graph_io.expand_dims(tensor, 1)
   return tensor
 
 
