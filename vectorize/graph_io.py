@@ -251,17 +251,39 @@ def folded(op, inputs):
       or _feeds_a_random_op(op)):
     return None
   arrays = [tensor_util.MakeNdarray(t.op.get_attr("value")) for t in inputs]
+  node_def = op.node_def
+  key = (op.type, tuple(sorted((k, v.SerializeToString(deterministic=True))
+                               for k, v in node_def.attr.items())),
+         tuple((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+  if key not in _folded_results:
+    if len(_folded_results) > _MAX_FOLDED_RESULTS:
+      _folded_results.clear()
+    _folded_results[key] = _execute(op, node_def, arrays)
+  arrays = _folded_results[key]
+  if arrays is None:
+    return None    # invalid here: leave the error to run time, where TensorFlow reports it
+  return [constant(a, t.dtype) for a, t in zip(arrays, op.outputs)]
+
+
+# (op type, attrs, input values) -> output arrays, or None where the op fails: an unrolled
+# loop repeats the same shape arithmetic in every step, and each eager run costs about a
+# millisecond. Small integer values only, so the table stays small.
+_folded_results = {}
+_MAX_FOLDED_RESULTS = 10000
+
+
+def _execute(op, node_def, arrays):
+  """The outputs of `op` run eagerly on `arrays`, as numpy arrays, or None if it fails."""
   attrs = []
-  for name in op.node_def.attr:
+  for name in node_def.attr:
     attrs.extend([name, op.get_attr(name)])
   try:
     with context.eager_mode():
       results = execute.execute(op.type, len(op.outputs), [tf.constant(a) for a in arrays],
                                 tuple(attrs), context.context())
-      arrays = [r.numpy() for r in results]
+      return [r.numpy() for r in results]
   except (tf.errors.OpError, TypeError, ValueError):
-    return None    # invalid here: leave the error to run time, where TensorFlow reports it
-  return [constant(a, t.dtype) for a, t in zip(arrays, op.outputs)]
+    return None
 
 
 def _feeds_a_random_op(op):

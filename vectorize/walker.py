@@ -52,7 +52,7 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
   for op in order:
     if all(t.ref() in env for t in op.outputs) and op.outputs:
       continue
-    deps = [d for c in op.control_inputs for d in emitted.get(c, ())]
+    deps = [d for c in op.control_inputs for d in _emitted_ops(emitted.get(c))]
     with tf.control_dependencies(deps) if deps else _no_scope():
       if op.name in ctx.reductions:
         results = _convert_reduction(op, env, ctx)
@@ -61,19 +61,18 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
         results = _convert_op(op, inputs, ctx, lambda t: env.get(t.ref()), needed)
         if _own_gradient(op):
           results = _with_own_gradient(op, inputs, results, ctx, lambda t: env.get(t.ref()))
+    emitted[op] = results
     if isinstance(results, tf.Operation):
-      emitted[op] = [results]
       continue
     for t, v in zip(op.outputs, results):
       env[t.ref()] = v
-    emitted[op] = [v.tensor.op for v in results if hasattr(v.tensor, "op")]
   out_values = [_lookup(env, t, None) for t in outputs]
   if not ragged_outputs:
     for t, v in zip(outputs, out_values):
       if ragged.is_ragged(v):
         raise Unvectorizable(f"{t.name} has a different size in every iteration (ragged), "
                              "and a conditional or loop cannot carry it yet")
-  effects = [d for op in control_outputs for d in emitted.get(op, ())]
+  effects = [d for op in control_outputs for d in _emitted_ops(emitted.get(op))]
   return out_values, effects
 
 
@@ -108,6 +107,16 @@ def dry_run(graph, input_flags, ctx, outputs=None):
         fallback_allowed=True, report=Report())
     converted, _ = convert_graph(graph, inputs, dry_ctx, outputs)
   return converted
+
+
+def _emitted_ops(results):
+  """The ops that stand for a converted op in control edges: the Operation a converter
+  returned, or the ops of its output tensors (looked up only where an edge needs them)."""
+  if results is None:
+    return []
+  if isinstance(results, tf.Operation):
+    return [results]
+  return [v.tensor.op for v in results if hasattr(v.tensor, "op")]
 
 
 class _no_scope:
@@ -218,14 +227,15 @@ def _check_results(op, results, ctx):
     if ragged.is_ragged(v):
       results[k] = ragged.settle(v, t.shape, ctx)
       continue
-    expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
     if not isinstance(v.tensor, tf.Tensor) or hasattr(v.tensor, "numpy"):
       continue
+    expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
     if not v.tensor.shape.is_compatible_with(expected):
       raise ConversionError(
           f"Converter for {op.type} produced shape {v.tensor.shape} for output {k} of "
           f"{op.name}; expected {expected} ({'stacked' if v.stacked else 'invariant'}).")
-    v.tensor.set_shape(expected)
+    if not v.tensor.shape.is_fully_defined():   # else it knows all that `expected` says
+      v.tensor.set_shape(expected)
   return results
 
 
