@@ -48,3 +48,17 @@ def test_seeds_of_random_ops_are_not_folded():
     seed = tf.strided_slice(tf.constant([[1, 2], [3, 4]]), [0], [1], shrink_axis_mask=1)
     tf.random.stateless_normal([2], seed)
     assert graph_io.folded(seed.op, list(seed.op.inputs)) is None
+
+
+def test_repeated_shape_arithmetic_runs_once_and_folds_alike(monkeypatch):
+  """An unrolled loop repeats the same folding: it runs eagerly once, each copy folds to
+  the same values, and a fold that fails stays unfolded every time."""
+  runs = []
+  execute = graph_io._execute   # pylint: disable=protected-access
+  monkeypatch.setattr(graph_io, "_execute", lambda *a: runs.append(a[0].type) or execute(*a))
+  monkeypatch.setattr(graph_io, "_folded_results", {})
+  for _ in range(3):
+    assert _folded(lambda: tf.reduce_max(tf.constant([3, 11, 5]))) == [11]
+    assert _folded(lambda: tf.reduce_min(tf.constant([3, 11, 5]))) == [3]
+    assert _folded(lambda: tf.math.floordiv(tf.constant(2), tf.constant(0))) is None
+  assert sorted(runs) == ["FloorDiv", "Max", "Min"]

@@ -177,3 +177,27 @@ def test_offset_by_iteration_of_a_run_time_rank_and_n():
 def test_offset_by_iteration_broadcasts_invariant_ids():
   out = _in_graph(lambda: values.offset_by_iteration(invariant(tf.constant([0, 2])), 3, 2))
   np.testing.assert_array_equal(out, [[0, 2], [3, 5]])
+
+
+def test_expand_after_loop_axis_inserts_unit_dims_with_one_op_where_shapes_are_known():
+  x = tf.reshape(tf.range(6.0), [3, 2])
+  types = []
+
+  def expand():
+    out = values.expand_after_loop_axis(tf.identity(x), 2)
+    types.append(out.op.type)
+    return out
+
+  np.testing.assert_array_equal(_in_graph(expand), tf.reshape(x, [3, 1, 1, 2]))
+  assert types == ["Reshape"]
+
+
+def test_expand_after_loop_axis_of_an_unknown_loop_length():
+
+  @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32)])
+  def f(x):
+    return values.expand_after_loop_axis(x, 2)
+
+  x = tf.reshape(tf.range(6.0), [3, 2])
+  np.testing.assert_array_equal(f(x), tf.reshape(x, [3, 1, 1, 2]))
+  assert f(tf.zeros([0, 2])).shape == (0, 1, 1, 2)
