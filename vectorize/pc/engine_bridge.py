@@ -26,3 +26,8 @@ def run_for_members(fn, inputs, n, static_n=None):
 def static_shapes_wanted():
   """Whether the graph being built is compiled by XLA (or static shapes were asked for)."""
   return options.static_shapes_wanted()
+
+
+def compiled_by_xla():
+  """Whether the graph being built is compiled by XLA (where no op fails at run time)."""
+  return options.compiled_by_xla()

@@ -42,14 +42,25 @@ class Layout:
     return var in self.rows
 
   def initial(self, values, batch):
-    """The files, with `values` (register -> `[batch, ...]`) set and every other row zero."""
+    """The files, with `values` (register -> `[batch, ...]` tensor, or a Python number for
+    every lane) set and every other row zero. Built as selects over one broadcast of the
+    numbers, which XLA fuses into one kernel per file (a stack of rows is one kernel per
+    row, and XLA on CPU fuses no concatenate of more than 8 parts)."""
     files = {}
     for key, names in self.names.items():
       t = self.types[key]
-      zeros = tf.zeros(tf.stack([batch] + list(t.shape)), t.dtype)
-      rows = [tf.convert_to_tensor(values[v], t.dtype) if v in values else zeros
-              for v in names]
-      files[key] = tf.stack(rows + [zeros])
+      numbers = np.zeros([len(names) + 1], t.dtype.as_numpy_dtype)
+      for r, v in enumerate(names):
+        if v in values and not tf.is_tensor(values[v]):
+          numbers[r] = values[v]
+      shape = tf.stack([len(names) + 1, batch] + list(t.shape))
+      ones = [1] * len(t.shape)
+      file = tf.broadcast_to(tf.reshape(tf.constant(numbers), [-1, 1] + ones), shape)
+      row = tf.reshape(tf.range(len(names) + 1), [-1, 1] + ones)
+      for r, v in enumerate(names):
+        if v in values and tf.is_tensor(values[v]):
+          file = tf.where(tf.equal(row, r), tf.cast(values[v], t.dtype)[None], file)
+      files[key] = file
     return files
 
   def read(self, files, var):

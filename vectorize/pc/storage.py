@@ -44,20 +44,26 @@ class Masked:
     self.lanes = lanes
     batch = tf.shape(mask)[0]
     self.positions = tf.where(mask, lanes, first)
+    self.borrowing = True
     self.n = batch
     self.static_n = mask.shape[0]
 
+  def unborrowed(self):
+    """The same members, every lane on its own inputs: for a block under XLA that can
+    neither fail nor make a gradient of other lanes' junk NaN (integers only), which then
+    gathers nothing (a kernel less per block to compile)."""
+    out = Masked.__new__(Masked)
+    out.__dict__.update(self.__dict__, positions=self.lanes, borrowing=False)
+    return out
+
   def gather(self, x):
-    return tf.gather(x, self.positions)
+    return tf.gather(x, self.positions) if self.borrowing else x
 
   def update(self, x, new):
     """`new` in every lane: the VM keeps only the members' lanes of what a block writes
     to registers, after the dispatch (`registers.Layout.written`)."""
     del x
     return new
-
-  def writing(self, flags):
-    return flags & self.mask
 
   def selected(self, flags):
     return flags & self.mask
@@ -105,12 +111,11 @@ class Stacks:
     """A push (masked lanes) as a write to apply later (`written`): for XLA, which copies
     whatever passes through a conditional, so the VM's dispatch must not carry the buffers.
 
-    Returns the rows to write (one per lane, -1 where nothing is written), the new pointer
-    and who overflowed: a member already at the depth writes nothing.
+    Returns the new pointer (the row written is one below it) and who overflowed: a
+    member already at the depth writes to the discard row.
     """
     overflow = pointer >= self.depth()
-    rows = tf.where(members.writing(~overflow), pointer, -1)
-    return rows, pointer + tf.cast(members.mask, tf.int32), members.selected(overflow)
+    return pointer + tf.cast(members.mask, tf.int32), members.selected(overflow)
 
   def grown(self, rows):
     """The stacks, their depth doubled if some row to write is past it."""
@@ -121,8 +126,10 @@ class Stacks:
 
   def written(self, indices, rows, values, lanes):
     """The stacks with staged pushes applied: `indices` [pushes] names each push's stack,
-    `rows` [pushes, batch] its rows (-1: none), `values` [pushes, batch, ...] its values."""
-    rows = tf.where(rows < 0, self.depth(), rows)           # no write: the discard row
+    `rows` [pushes, batch] its rows (-1 or past the depth: none), `values` [pushes, batch,
+    ...] its values."""
+    depth = self.depth()
+    rows = tf.where((rows < 0) | (rows > depth), depth, rows)   # no write: the discard row
     where = tf.stack([tf.broadcast_to(indices[:, None], tf.shape(rows)), rows,
                       tf.broadcast_to(lanes[None, :], tf.shape(rows))], axis=-1)
     return Stacks(tf.tensor_scatter_nd_update(self.buffer, where, values))

@@ -8,11 +8,12 @@ smallest program counter among running members, dispatches with `tf.switch_case`
 block, runs the block's straight-line code vectorized by the pfor engine for the members
 waiting there (`Partitioned`, or `Masked` with static shapes under XLA), and advances only
 their counters. The dispatch returns only what the block writes (its registers' slots, and
-under XLA its pushes as writes), so no step copies the whole state. Members at different
+under XLA the values it pushes), so no step copies the whole state. Members at different
 recursion depths wait at the same block and run together. A block that only copies values
 (argument and result moves, pushes and pops) skips the engine.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from vectorize.errors import ConversionError
@@ -66,6 +67,15 @@ class _Machine:
     self.registers = Layout(types, [self.writes(b) for b in self.blocks])
     self.stacks = Layout({v: self.types[v] for v in stacked},
                          [self.pushes(b) for b in self.blocks], padding=0)
+    # Under XLA each push's row is read after the dispatch from its pointer register (the
+    # block leaves it one past the row), so blocks return no rows, and no "no write" fills.
+    self.push_pointers = {}
+    for key, width in self.stacks.width.items():
+      rows = [[self.registers.rows[_pointer(v)][1] for v in s[key]] +
+              [0] * (width - len(s[key])) for s in self.stacks.slots]
+      valid = [[k < len(s[key]) for k in range(width)] for s in self.stacks.slots]
+      self.push_pointers[key] = (np.array(rows, np.int32).reshape(len(self.blocks), -1),
+                                 np.array(valid, bool).reshape(len(self.blocks), -1))
 
   def writes(self, block):
     """The registers `block` may write."""
@@ -88,8 +98,7 @@ class _Machine:
     main = self.program.function(self.program.main)
     batch = tf.shape(inputs[0])[0]
     self.lanes = tf.range(batch)
-    values = {"pc": tf.fill([batch], self.index[main.entry]),
-              _pointer(_RETURN): tf.ones([batch], tf.int32)}
+    values = {"pc": self.index[main.entry], _pointer(_RETURN): 1}
     values.update((p, x) for p, x in zip(main.params, inputs) if p in self.registers)
     files = self.registers.initial(values, batch)
     stacks = {}
@@ -123,9 +132,9 @@ class _Machine:
   def step(self, state):
     """Runs the lowest block some members wait at (most-members-first: 2x slower on NUTS).
 
-    Under XLA the stack buffers stay out of the dispatch: a block returns its pushes as
-    writes, one row per lane, applied after it, so no step copies a `[depth, batch, ...]`
-    buffer. Without XLA, TF's own Case passes tensors through without copies, and pushes
+    Under XLA the stack buffers stay out of the dispatch: a block returns the values it
+    pushes, one per lane, written after it to the rows its pointers give, so no step
+    copies a `[depth, batch, ...]` buffer. Without XLA, TF's own Case passes tensors through without copies, and pushes
     land at once.
     """
     files, stacks = state["files"], state["stacks"]
@@ -138,8 +147,12 @@ class _Machine:
         for block in self.blocks])
     files = self.registers.written(files, k, slots, members.mask if self.masked else None)
     if self.masked:
-      writes, stacked = stacked, dict(stacks)
-      for key, (rows, values) in writes.items():
+      pushed, stacked = stacked, dict(stacks)
+      for key, values in pushed.items():
+        pointers, valid = (tf.gather(tf.constant(t), k) for t in self.push_pointers[key])
+        pointer_key = self.registers.rows[_pointer(self.stacks.names[key][0])][0]
+        rows = tf.gather(files[pointer_key], pointers) - 1
+        rows = tf.where(valid[:, None] & members.mask[None, :], rows, -1)
         indices = tf.gather(tf.constant(self.stacks.targets[key]), k)
         stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
     return [{"files": files, "stacks": stacked,
@@ -155,7 +168,7 @@ class _Machine:
   def block(self, block, files, stacks, members):
     """Runs `block` for `members` (those waiting at it, found once per step, outside the
     dispatch): (its register slots, and the stack buffers with its pushes, or under XLA
-    its pushes as writes)."""
+    the values it pushes)."""
     regs = _View(self.registers, files)
     self.stack_buffers = dict(stacks)
     pending = {}
@@ -164,8 +177,12 @@ class _Machine:
     cond = term.cond if isinstance(term, ir.Branch) else None
     code = StraightLine(block.body, writes, cond, self.namespaces, self.program.types,
                         self.program.function_of(block.label).filename)
-    read = self.registers.gathered(files, code.reads, members.positions)
-    inputs = [read[r] for r in code.reads]
+    if self.masked and self.integral(block, code) and engine_bridge.compiled_by_xla():
+      members = members.unborrowed()
+      inputs = [regs[r] for r in code.reads]
+    else:
+      read = self.registers.gathered(files, code.reads, members.positions)
+      inputs = [read[r] for r in code.reads]
     for instruction in block.body:
       if isinstance(instruction, (ir.Pop, ir.Peek)):
         inputs.append(self.top(regs, instruction.var, members))
@@ -193,20 +210,32 @@ class _Machine:
     slots = self.registers.slots_of(self.index[block.label], regs)
     if not self.masked:
       return slots, self.stack_buffers
-    return slots, self.staged(block, pending)
+    return self.staged(block, slots, pending)
 
-  def staged(self, block, pending):
-    """The block's pending pushes per stack type: (rows [width, batch], values [width,
-    batch, ...]), padded with rows of -1 (no write)."""
-    batch = tf.shape(self.lanes)[0]
-    out = {}
+  def integral(self, block, code):
+    """Whether every value `block` reads, pops, pushes or writes is an integer or bool."""
+    names = set(code.reads) | set(assigned(block.body)) | {
+        i.var for i in block.body if isinstance(i, (ir.Pop, ir.Peek, ir.Push))}
+    return all(v in self.types and (self.types[v].dtype.is_integer or
+                                    self.types[v].dtype == tf.bool) for v in names)
+
+  def staged(self, block, slots, pending):
+    """The block's register slots, and per stack type the values it pushes (`[width,
+    batch, ...]`, padded by repeating a value: `step` writes padding to no row). No rows:
+    `step` reads them from the pointers, so a block that pushes nothing needs no "no
+    write" rows (under XLA each output is a kernel per block). Not one tensor with the
+    slots: XLA on CPU fuses no concatenate of more than 8 parts (fib has 7 + 2)."""
+    values = {}
     for key, names in self.stacks.slots[self.index[block.label]].items():
-      t = self.stacks.types[key]
-      none = (tf.fill([batch], -1), tf.zeros(tf.stack([batch] + list(t.shape)), t.dtype))
-      writes = [pending[v] for v in names] + [none] * (self.stacks.width[key] - len(names))
-      if writes:
-        out[key] = tuple(tf.stack(column) for column in zip(*writes))
-    return out
+      width = self.stacks.width[key]
+      if width and names:
+        rows = [pending[v] for v in names]
+        values[key] = tf.stack(rows + [rows[0]] * (width - len(rows)))
+      elif width:            # (zeros: a slot's rows would be computed twice)
+        t = self.stacks.types[key]
+        values[key] = tf.zeros(tf.stack([width, tf.shape(self.lanes)[0]] + list(t.shape)),
+                               t.dtype)
+    return slots, values
 
   def run_code(self, block, code, inputs, members):
     """The block's outputs for its members: by the pfor engine, or directly when the block
@@ -239,8 +268,9 @@ class _Machine:
     key, index = self.stacks.rows[var]
     stacks, pointer = Stacks(self.stack_buffers[key]), _pointer(var)
     if self.masked:
-      rows, regs[pointer], overflow = stacks.staged_push(regs[pointer], members)
-      pending[var] = (rows, values)
+      assert var not in pending, var        # `step` finds one row per stack and block
+      regs[pointer], overflow = stacks.staged_push(regs[pointer], members)
+      pending[var] = values
       return overflow
     stacks, regs[pointer], overflow = stacks.push(index, regs[pointer], members, values,
                                                   self.grow)
