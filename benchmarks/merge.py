@@ -4,17 +4,11 @@ part of the workloads) into one table, JSON and plot, workloads in the suite's o
   python -m benchmarks.merge --out=benchmarks/results --name=cpu-2core a.json b.json
 """
 
+import argparse
 import json
-
-from absl import app
-from absl import flags
 
 from benchmarks import report
 from benchmarks import workloads
-
-flags.DEFINE_string("out", "benchmarks/results", "directory for the merged files")
-flags.DEFINE_string("name", None, "file name stem of the merged files")
-FLAGS = flags.FLAGS
 
 
 def merged(parts):
@@ -28,16 +22,21 @@ def merged(parts):
   return result
 
 
-def main(argv):
+def main():
+  # argparse, not absl flags: importing this module (the tests do, beside benchmarks.run)
+  # must define no global flags.
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", default="benchmarks/results", help="directory for the merged "
+                      "files")
+  parser.add_argument("--name", required=True, help="file name stem of the merged files")
+  parser.add_argument("parts", nargs="+", help="the JSON files of the runs to merge")
+  args = parser.parse_args()
   parts = []
-  for path in argv[1:]:
+  for path in args.parts:
     with open(path) as f:
       parts.append(json.load(f))
-  if not parts:
-    raise app.UsageError("name the JSON files to merge")
-  print(report.write(merged(parts), FLAGS.out, FLAGS.name))
+  print(report.write(merged(parts), args.out, args.name))
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("name")
-  app.run(main)
+  main()
