@@ -45,6 +45,8 @@ class Workload:
       instead of around it.
     crashes: {label: why} for forms (runner labels, e.g. "tf pfor") that kill the process
       (a segmentation fault in TensorFlow); the runner records them as failing, unrun.
+    unchecked: {label: why} for forms that run and are timed but have nothing to be
+      checked against (no other form computes the same numbers there).
   """
   name: str
   title: str
@@ -55,6 +57,7 @@ class Workload:
   quick_batch_sizes: tuple = (16, 128)
   compiles_inside: bool = False
   crashes: Dict[str, str] = dataclasses.field(default_factory=dict)
+  unchecked: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def map_forms(fn, elems, hand, signature=None):

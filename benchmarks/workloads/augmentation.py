@@ -63,7 +63,12 @@ WORKLOAD = workload.Workload(
     # Not a crash: wrong (every image gets the first image's draws; measured at batch 2,
     # max relative error 0.93). The Workload has no field for a known-wrong form, so it is
     # recorded unrun with the reason.
-    crashes={workload.TF_PFOR: "wrong: TF's pfor gives every image the same random draws"})
+    crashes={workload.TF_PFOR: "wrong: TF's pfor gives every image the same random draws"},
+    # vectorize under XLA draws as XLA's stateless kernels do (their own floats and keys,
+    # converters/philox.py), and every other form fails under XLA (no kernel for the
+    # rotation): compared with the CPU kernels' draws it showed a 0.97 "error".
+    unchecked={f"{workload.VECTORIZE} (XLA)": "XLA's random draws differ from the CPU "
+               "kernels', and no other form compiles under XLA to compare with"})
 
 
 def main():
