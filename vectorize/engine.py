@@ -64,7 +64,8 @@ def trace_loop_body(loop_fn):
   config = PForConfig() if _wants_config(loop_fn) else None
   name = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
   extra = (config,) if config is not None else ()
-  return LoopBody(trace_module.trace(loop_fn, [LOOP_INDEX], extra, name), config)
+  with options.masked_control_flow():      # for a pfor inside the body: see there
+    return LoopBody(trace_module.trace(loop_fn, [LOOP_INDEX], extra, name), config)
 
 
 def whole_loop_context(n, static_n, fallback_allowed, report):
@@ -84,8 +85,9 @@ def chunk_context(start, size, fallback_allowed, report):
 
 
 def _active_set(indices_are_range=False):
-  """Masked where shapes must be static (under XLA, or asked for), else Partitioned."""
-  strategy = Masked if options.static_shapes_wanted() else Partitioned
+  """Masked where shapes must be static (under XLA, or asked for) or inside a loop body
+  being traced, else Partitioned."""
+  strategy = Masked if options.masked_control_flow_wanted() else Partitioned
   return strategy(indices_are_range=indices_are_range)
 
 

@@ -2,7 +2,8 @@
 
 Control flow converts with dynamic shapes (partitioned active sets) unless the graph being
 built is compiled by XLA, which needs static shapes (masked active sets), or the caller asks
-for static shapes explicitly.
+for static shapes explicitly. A pfor inside another pfor's body converts control flow with
+masks too (`masked_control_flow`), its shapes staying dynamic.
 """
 
 import contextlib
@@ -13,6 +14,7 @@ from tensorflow.python.ops import control_flow_util
 
 class _Options:
   static_shapes = False
+  masked_control_flow = False
 
 
 _options = _Options()
@@ -35,6 +37,27 @@ def static_shapes(enabled=True):
     yield
   finally:
     _options.static_shapes = previous
+
+
+@contextlib.contextmanager
+def masked_control_flow():
+  """Within this block, pfor converts control flow with masks, shapes staying dynamic.
+
+  The engine traces a loop body in this block: a pfor inside it emits a graph that the outer
+  loop converts, and a partitioned inner conditional or loop would give every outer
+  iteration parts of their own sizes, which its gathers and stitches cannot take.
+  """
+  previous = _options.masked_control_flow
+  _options.masked_control_flow = True
+  try:
+    yield
+  finally:
+    _options.masked_control_flow = previous
+
+
+def masked_control_flow_wanted():
+  """Control flow converts with masks: static shapes wanted, or a body being traced."""
+  return _options.masked_control_flow or static_shapes_wanted()
 
 
 def static_shapes_requested():
