@@ -25,6 +25,8 @@ from converters import fusions
 from converters import shapes
 from vectorize import graph_io
 from vectorize import indexing
+from vectorize import options
+from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.registry import register
@@ -619,8 +621,9 @@ def _convert_dynamic_stitch(op):
 def _convert_dynamic_partition(op):
   """Invariant partitions: data `[n, P..., rest] -> [P..., n, rest]`, partition, loop axis
   back. Stacked partitions: partition every iteration at once (order is kept, so each output
-  is iteration-major) and split the loop axis back; each iteration must send the same number
-  of elements to each partition (a run-time assertion checks it)."""
+  is iteration-major); each iteration sends its own number of elements to a partition, so
+  the outputs are ragged values. With static shapes (XLA) they must be stacked: every
+  iteration must send the same number (a run-time assertion checks it)."""
   n = values.loop_length(op.ctx)
   r = _rank(op, 1)
   num_partitions = op.attr("num_partitions")
@@ -635,11 +638,14 @@ def _convert_dynamic_partition(op):
                                           shape[r + 1:]], 0))
   per_iteration = values.reshape(partitions.tensor, [n, tf.reduce_prod(shape[1:r + 1])])
   counts = tf.reduce_sum(tf.one_hot(per_iteration, num_partitions, dtype=tf.int32), 1)
+  if not options.static_shapes_wanted():
+    return [ragged.ragged(t, counts[:, p])
+            for p, t in enumerate(op.rebuild([flat_data, flat_partitions]))]
   check = tf.debugging.Assert(
       tf.reduce_all(tf.equal(counts, counts[:1])),
       [f"vectorize: dynamic partition {op.op.name} sends different numbers of elements to a "
-       "partition in different iterations; a vectorized loop needs the same shape in every "
-       "iteration. Counts per iteration:", counts])
+       "partition in different iterations; under XLA a vectorized loop needs the same shape "
+       "in every iteration. Counts per iteration:", counts])
   with tf.control_dependencies([check]):
     outs = op.rebuild([flat_data, flat_partitions])
   sizes = tf.reduce_sum(counts[:1], 0)  # Iteration 0's counts, zeros when n is 0.

@@ -205,7 +205,17 @@ CASES = [
            dtypes=(F32, I32), loop_lengths=(1, 3)),
     OpCase("DynamicPartition", lambda d, p: tf.dynamic_partition(d, p, 3), [[6, 2], [6]],
            dtypes=((F32, I32), (I64, I32)), make=[None, balanced_partitions(3)],
-           loop_lengths=(1, 3)),
+           patterns=[(True, False)], loop_lengths=(1, 3)),
+    # Stacked partitions give ragged outputs (each iteration its own counts); the case states
+    # each partition's size, which makes them stacked again. Under XLA they stay stacked
+    # (test_ragged.py), but XLA's kernel gives outputs of bounded size that tf.ensure_shape
+    # rejects under jit_compile (in plain TF too).
+    OpCase("DynamicPartition-stacked_partitions",
+           lambda d, p: [tf.ensure_shape(t, [2, None])
+                         for t in tf.dynamic_partition(d, p, 3)], [[6, 2], [6]],
+           dtypes=((F32, I32), (I64, I32)), make=[None, balanced_partitions(3)],
+           patterns=[(False, True), (True, True)], loop_lengths=(1, 3),
+           xla="XLA's DynamicPartition has outputs of bounded size: tf.ensure_shape fails"),
 ]
 
 

@@ -243,11 +243,23 @@ def test_gradient_of_pfor_through_ragged_values():
   np.testing.assert_allclose(vectorized, loop, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
-    "converters/slicing.py (A): DynamicPartition of stacked data with per-iteration "
-    "partitions asserts the same count per partition in every iteration, a run-time error "
-    "even with the fallback on; it should return ragged values (vectorize.ragged), as "
-    "ragged_consumers does for ragged data, and its OpCase then state its sizes"))
 def test_dynamic_partition_of_stacked_data_gives_ragged_outputs():
   body = lambda i: tf.dynamic_partition(X[i], tf.cast(X[i] > 0, tf.int32), 2)
-  assert_equal_to_loop(vectorize.pfor(body, N, warn=False), _reference(body, N))
+  assert_equal_to_loop(vectorize.pfor(body, N, fallback_to_while_loop=False),
+                       _reference(body, N))
+
+
+def test_dynamic_partition_with_stacked_partitions_under_xla_checks_equal_counts():
+  """Under XLA the outputs must be stacked: equal counts per iteration convert, others are a
+  run-time error (XLA drops the Assert that names the op; the split of the outputs fails)."""
+  balanced = tf.constant([[0, 1, 1, 0], [1, 0, 0, 1], [1, 1, 0, 0]])
+  data = tf.reshape(tf.range(12.0), [3, 4])
+  run = tf.function(lambda p: vectorize.pfor(
+      lambda i: tf.dynamic_partition(data[i], p[i], 2), 3, fallback_to_while_loop=False),
+                    jit_compile=True)
+  expected = [tf.stack([tf.dynamic_partition(data[i], balanced[i], 2)[k] for i in range(3)])
+              for k in range(2)]
+  for actual, want in zip(run(balanced), expected):
+    np.testing.assert_array_equal(actual.numpy(), want.numpy())
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    run(tf.constant([[0, 1, 1, 0], [1, 1, 0, 1], [1, 1, 0, 0]]))
