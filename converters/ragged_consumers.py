@@ -208,6 +208,44 @@ def _convert_dynamic_partition(op):
           for k, t in enumerate(outs)]
 
 
+def _stitch_part(op, k, m):
+  """Part k of a stitch (indices input k, data input m + k) as flat rows: (ids, the
+  iteration of each, data rows). Ragged parts are already flat; stacked and invariant ones
+  (1-D indices per iteration) are flattened iteration by iteration."""
+  indices, data = op.value(k), op.value(m + k)
+  if ragged.is_ragged(indices):
+    rows = indices.tensor
+    if values.rank(rows.values) != 1 or not ragged.is_ragged(data):
+      raise Unvectorizable("a stitch part of another size than its indices")
+    return rows.values, rows.row_ids, data.tensor.values
+  if ragged.is_ragged(data):
+    raise Unvectorizable("a stitch part of another size than its indices")
+  n = op.ctx.n
+  ids = values.stack(indices, n) if indices.stacked else tf.tile(
+      indices.tensor[tf.newaxis], [n, 1])
+  if values.rank(ids) != 2:
+    raise Unvectorizable("stitch indices of rank other than 1 beside ragged ones")
+  width = tf.shape(ids)[1]
+  rows = values.stack(data, n)
+  return (tf.reshape(ids, [-1]), tf.repeat(tf.range(n), width),
+          values.merge_leading(rows))
+
+
+@ragged.register("DynamicStitch", "ParallelDynamicStitch")
+def _convert_dynamic_stitch(op):
+  """Iteration i fills `max(its indices) + 1` rows (as the kernel sizes its output); its
+  indices offset by where its rows start, one stitch fills every iteration in order."""
+  m = op.num_inputs // 2
+  parts = [_stitch_part(op, k, m) for k in range(m)]
+  n = op.ctx.n
+  sizes = tf.maximum(tf.reduce_max(tf.stack([
+      tf.math.unsorted_segment_max(ids + 1, row_ids, n) for ids, row_ids, _ in parts]), 0), 0)
+  starts = tf.cumsum(sizes, exclusive=True)
+  offset = [tf.gather(starts, row_ids) + ids for ids, row_ids, _ in parts]
+  out = op.rebuild(offset + [rows for _, _, rows in parts])[0]
+  return ragged.ragged(out, sizes)
+
+
 @ragged.register("Cumsum")
 def _convert_cumsum(op):
   """Along the first axis, integers: the flat cumulative sum less what earlier iterations

@@ -32,6 +32,13 @@ def _rows(i):
   return tf.boolean_mask(M[i], M[i][:, 0] > -1)
 
 
+def _partition_and_stitch(data, partitions):
+  """The conditional pattern of a vectorized tf.cond: split by branch, run, merge back."""
+  positions = tf.dynamic_partition(tf.range(tf.size(partitions)), partitions, 2)
+  parts = tf.dynamic_partition(data, partitions, 2)
+  return tf.dynamic_stitch(positions, [parts[0] * 2, parts[1] - 1])
+
+
 BODIES = {
     "range": lambda i: tf.range(LIMS[i]),
     "range_sum": lambda i: tf.reduce_sum(tf.range(LIMS[i])),
@@ -92,6 +99,15 @@ BODIES = {
     "segment_sum": lambda i: tf.math.segment_sum(_rows(i), tf.range(tf.shape(_rows(i))[0]) // 2),
     "segment_mean": lambda i: tf.math.segment_mean(_positive(i),
                                                    tf.range(tf.size(_positive(i))) * 2),
+    "dynamic_stitch_of_partitions": lambda i: _partition_and_stitch(
+        X[i], tf.cast(X[i] > 0, tf.int32)),
+    "dynamic_stitch_of_ragged_partitions": lambda i: _partition_and_stitch(
+        tf.range(LIMS[i]) * 3, tf.range(LIMS[i]) % 2),
+    "dynamic_stitch_ragged_and_stacked": lambda i: tf.dynamic_stitch(
+        [tf.range(LIMS[i]) + 4, tf.range(4)], [tf.range(LIMS[i]) * 10, XI[i]]),
+    "dynamic_stitch_ragged_and_invariant": lambda i: tf.dynamic_stitch(
+        [tf.range(3), tf.boolean_mask(XI[i] - 1, XI[i] < 4) % 3],
+        [TABLE[:3], tf.boolean_mask(tf.cast(XI[i], tf.float32), XI[i] < 4)]),
     "dynamic_partition": lambda i: tf.dynamic_partition(
         _rows(i), tf.range(tf.shape(_rows(i))[0]) % 2, 2),
     "slice_per_iteration_bounds": lambda i: tf.range(LIMS[i] + 3)[STARTS[i] % 3:LIMS[i]],

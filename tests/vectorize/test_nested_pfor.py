@@ -136,3 +136,15 @@ def test_inner_pfor_keeps_ragged_values_outside_xla():
 
   actual = testing.run_pfor(_nested(inner_body), OUTER, mode="function")
   testing.assert_allclose(actual, testing.sequential(_loop(inner_body), OUTER))
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic"])
+def test_tensorflow_vectorized_map_inside_a_body(mode):
+  """A library inside the body may call TensorFlow's own vectorized_map: its emitted
+  conditional (partition, branches, stitch, with each outer iteration's own counts) converts."""
+  def body(i):
+    return tf.vectorized_map(lambda r: tf.cond(r[0] > 0, lambda: r * 2.0, lambda: -r), X[i])
+
+  actual = testing.run_pfor(body, OUTER, mode=mode)
+  testing.assert_allclose(actual, testing.sequential(_loop(
+      lambda i, j: tf.cond(X[i, j, 0] > 0, lambda: X[i, j] * 2.0, lambda: -X[i, j])), OUTER))
