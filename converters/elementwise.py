@@ -61,9 +61,11 @@ def _register_same_shape(*op_types, scalar_inputs=()):
 
 @register("Mul")
 def _convert_mul(op):
-  """Broadcasts; a stacked chain of products by invariants multiplies the invariants first
-  (see converters/fusions.py)."""
-  return fusions.product_chain(op) or [stacked(t) for t in op.rebuild(op.align_for_broadcast())]
+  """Broadcasts; a stacked chain of products by invariants multiplies the invariants first,
+  and a difference with per-example statistics times a factor is one compiled call (see
+  converters/fusions.py)."""
+  return (fusions.product_chain(op) or fusions.scaled_difference(op) or
+          [stacked(t) for t in op.rebuild(op.align_for_broadcast())])
 
 
 @register("AddN")

@@ -15,6 +15,7 @@ channels, `[n, b, h, w, d] -> [b, h, w, n*d]`.
 
 import tensorflow as tf
 
+from converters import fusions
 from converters import projective
 from vectorize import options
 from vectorize import walker
@@ -23,7 +24,7 @@ from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.registry import register
 from vectorize.values import (dynamic_shape, expand_after_loop_axis, loop_length,
                               merge_leading, rank, reshape, shape_vector, split_leading,
-                              stacked)
+                              stack, stacked)
 
 
 def _per_iteration_scalar(op, i, like):
@@ -57,7 +58,7 @@ def _convert_projective_transform(op):
   if op.type == "ImageProjectiveTransformV2" or not op.is_stacked(3):
     extra = [] if op.type == "ImageProjectiveTransformV2" else [op.invariant(3)]
     kernel = lambda images: op.rebuild([images, transforms, output_shape] + extra)[0]
-    compiled = _compiled_transform(op, folded, transforms, kernel)
+    compiled = _compiled_transform(op, folded, transforms, kernel, b)
     out = kernel(folded) if compiled is None else compiled
     return stacked(split_leading(out, n, b))
   if not images.dtype.is_floating:
@@ -73,7 +74,7 @@ def _convert_projective_transform(op):
 _compiled_in_ops = tf.function(projective.transform, jit_compile=True)
 
 
-def _compiled_transform(op, folded, transforms, kernel):
+def _compiled_transform(op, folded, transforms, kernel, b):
   """On CPU, the transform of a batch of `[m, h, w, c]` float32 images with an invariant fill
   value as converters/projective.py's TF ops compiled by XLA, or None where that does not
   apply. The CPU kernel computes each channel's coordinates anew and took 24 ms of the
@@ -88,16 +89,32 @@ def _compiled_transform(op, folded, transforms, kernel):
     return None
   fill = tf.zeros([]) if op.type == "ImageProjectiveTransformV2" else op.invariant(3)
   shape, interpolation = tuple(int(d) for d in output_shape), op.attr("interpolation").decode()
+  source, flips = _unflipped(op, folded, b)
 
   @tf.custom_gradient
   def transformed(images):
     m = tf.shape(images)[0]
     out = _compiled_in_ops(images, tf.broadcast_to(transforms, tf.stack([m, 8])), shape,
                            tf.broadcast_to(fill, tf.reshape(m, [1])), interpolation,
-                           fill_mode)
-    return out, lambda upstream: tf.gradients(kernel(images), images, upstream)[0]
+                           fill_mode, *flips)
+    return out, lambda upstream: tf.gradients(
+        kernel(projective.flipped(images, *flips)), images, upstream)[0]
 
-  return transformed(folded)
+  return transformed(source)
+
+
+def _unflipped(op, folded, b):
+  """The transform's `[n*b, h, w, c]` images as (images, (row flags, column flags)): where
+  they are per-image flips of earlier images (Keras RandomFlip), the unflipped images and
+  one flag per image (or None), which the transform reads at mirrored pixels (see
+  converters/fusions.py); else `folded` and no flags."""
+  flips = fusions.conditional_flips(op, op.op.inputs[0])
+  if flips is None:
+    return folded, (None, None)
+  source, flip_rows, flip_columns = flips
+  images = tf.reshape(stack(source, op.ctx.n), shape_vector([-1] + folded.shape[1:].as_list()))
+  per_image = lambda flag: None if flag is None else tf.repeat(flag, b)
+  return images, (per_image(flip_rows), per_image(flip_columns))
 
 
 def _transform_in_ops(op, folded, transforms, n, b):

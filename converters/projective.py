@@ -54,9 +54,28 @@ def _framed(images, fill):
   return tf.concat([rows, middle, rows], 1)
 
 
-def transform(images, transforms, output_shape, fill, interpolation, fill_mode):
+def _mirrored(index, size, flip):
+  """Integer pixel indices `[m, oh, ow]`, mirrored (size - 1 - index) in the images whose
+  `flip` is set; the frame is as wide on both sides, so outside stays outside."""
+  if flip is None:
+    return index
+  return tf.where(flip[:, None, None], size - 1 - index, index)
+
+
+def flipped(images, flip_rows, flip_columns):
+  """`[m, h, w, c]` images with the rows / columns of those whose flag is set reversed."""
+  for axis, flip in ((1, flip_rows), (2, flip_columns)):
+    if flip is not None:
+      images = tf.where(flip[:, None, None, None], tf.reverse(images, [axis]), images)
+  return images
+
+
+def transform(images, transforms, output_shape, fill, interpolation, fill_mode,
+              flip_rows=None, flip_columns=None):
   """The kernel's output for `[m, h, w, c]` float32 images, `[m, 8]` transforms, a static
-  `[out_h, out_w]`, one fill value per image (`[m]`)."""
+  `[out_h, out_w]`, one fill value per image (`[m]`). `flip_rows` / `flip_columns` (`[m]`
+  bool, optional): the transform of those images flipped first, by reading mirrored pixels
+  (the same pixels, so the same values as flipping them)."""
   if (images.dtype != tf.float32 or fill_mode not in MODES or
       not images.shape[1:].is_fully_defined()):
     raise Unvectorizable("the projective transform in TF ops takes float32 images of known "
@@ -78,9 +97,10 @@ def transform(images, transforms, output_shape, fill, interpolation, fill_mode):
 
   def read(row, column):
     """Pixels at integer-valued float coordinates; outside the image: the fill value."""
-    row = tf.cast(tf.clip_by_value(row, -_BORDER, h), tf.int32) + _BORDER
-    column = tf.cast(tf.clip_by_value(column, -_BORDER, w), tf.int32) + _BORDER
-    return tf.gather(frame, first + row * stride + column)                 # [m, oh, ow, c]
+    row = _mirrored(tf.cast(tf.clip_by_value(row, -_BORDER, h), tf.int32), h, flip_rows)
+    column = _mirrored(tf.cast(tf.clip_by_value(column, -_BORDER, w), tf.int32), w,
+                       flip_columns)
+    return tf.gather(frame, first + (row + _BORDER) * stride + column + _BORDER)
 
   if interpolation == "NEAREST":
     rounded = lambda v: tf.sign(v) * tf.floor(tf.abs(v) + 0.5)   # half away from zero

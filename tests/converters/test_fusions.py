@@ -207,3 +207,125 @@ def test_columns_at_run_time_offsets_equal_the_loop():
     return tf.slice(p, tf.stack([0, first.read_value()]), [-1, 3])
 
   testing.check_against_loop(body, 4)
+
+
+IMAGES = tf.constant(RNG.uniform(0, 1, [4, 2, 6, 5, 3]), tf.float32)   # [n, b, h, w, c]
+FLIPS = tf.constant([[True, False], [False, False], [True, True], [False, True]])
+ANGLES = tf.constant(RNG.uniform(-0.8, 0.8, [4]), tf.float32)
+
+
+def _flipped_then_rotated(flip, blocked=False):
+  """Per iteration: the images flipped by `flip(images, i)`, then rotated by the projective
+  transform (as Keras RandomFlip then RandomRotation); `blocked`: with an op between that
+  no rewrite sees through, so the flips run as they are written."""
+  def body(i):
+    images = flip(tf.gather(IMAGES, i), i)
+    if blocked:
+      images = images + 0.0
+    c, s = tf.cos(tf.gather(ANGLES, i)), tf.sin(tf.gather(ANGLES, i))
+    transform = tf.stack([c, -s, 2.0, s, c, -1.0, 0.0, 0.0])[None]
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images, transforms=tf.tile(transform, [2, 1]), output_shape=[6, 5],
+        fill_value=0.0, interpolation="BILINEAR", fill_mode="REFLECT")
+  return body
+
+
+def _where_flip(x, axis, flag, reversed_first=True):
+  flag = tf.reshape(flag, [1, 1, 1, 1])
+  return (tf.where(flag, tf.reverse(x, [axis]), x) if reversed_first else
+          tf.where(flag, x, tf.reverse(x, [axis])))
+
+
+FLIP_BODIES = {
+    "rows-then-columns": lambda x, i: _where_flip(
+        _where_flip(x, 1, FLIPS[i, 0]), 2, FLIPS[i, 1]),
+    "columns-of-a-squeezed-image": lambda x, i: tf.expand_dims(tf.squeeze(_where_flip(
+        tf.expand_dims(x[0], 0), -2, FLIPS[i, 0]), 0), 0) * tf.ones([2, 1, 1, 1]),
+    "reverse-when-false": lambda x, i: _where_flip(x, 2, FLIPS[i, 1], reversed_first=False),
+    "same-axis-twice": lambda x, i: _where_flip(_where_flip(x, -2, FLIPS[i, 0]), 2,
+                                                FLIPS[i, 1]),
+    "invariant-flag": lambda x, i: _where_flip(x, 1, tf.constant(True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLIP_BODIES))
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager"])
+def test_flips_read_by_the_transform_equal_the_loop_and_the_flips_written_out(name, mode):
+  """The transform reads the unflipped images at mirrored pixels: the same values as
+  flipping first (bit for bit), and the kernel's loop within float rounding."""
+  body = _flipped_then_rotated(FLIP_BODIES[name])
+  for n in (4, 0):
+    folded = testing.run_pfor(body, n, mode=mode)
+    np.testing.assert_array_equal(
+        folded, testing.run_pfor(_flipped_then_rotated(FLIP_BODIES[name], True), n, mode))
+    testing.assert_allclose(folded, testing.sequential(body, n, testing.output_spec(body)),
+                            1e-6)
+
+
+def test_flips_read_by_the_transform_run_no_reverse():
+  flip = FLIP_BODIES["rows-then-columns"]
+  assert "ReverseV2" not in _live_types(_flipped_then_rotated(flip), 4)
+  assert "ReverseV2" in _live_types(_flipped_then_rotated(flip, blocked=True), 4)
+
+
+def test_gradient_through_flips_read_by_the_transform_equals_the_loop():
+  body = _flipped_then_rotated(FLIP_BODIES["rows-then-columns"])
+  weights = tf.constant(RNG.standard_normal([4, 2, 6, 5, 3]), tf.float32)
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch(IMAGES)
+    actual = tf.reduce_sum(weights * vectorize.pfor(body, 4, fallback_to_while_loop=False))
+    expected = tf.reduce_sum(weights * tf.stack([body(i) for i in range(4)]))
+  np.testing.assert_allclose(*[tf.convert_to_tensor(tape.gradient(y, IMAGES))
+                               for y in (actual, expected)], rtol=1e-5, atol=1e-5)
+
+
+FACTORS = tf.constant(RNG.uniform(0.5, 1.5, [4]), tf.float32)
+
+
+def _normalized(op, factor_first=False, invariant_factor=False):
+  """(x - per-image channel mean) * factor, as Keras RandomContrast computes it."""
+  def body(i):
+    x = tf.gather(IMAGES, i)
+    mean = tf.reduce_mean(x, [1, 2], keepdims=True)                       # [b, 1, 1, c]
+    factor = tf.constant(0.7) if invariant_factor else tf.gather(FACTORS, i)
+    centred = op(x, mean)
+    return factor * centred if factor_first else centred * factor
+  return body
+
+
+NORMALIZED = {"sub": _normalized(tf.subtract), "add": _normalized(tf.add),
+              "factor-first": _normalized(tf.subtract, factor_first=True),
+              "invariant-factor": _normalized(tf.subtract, invariant_factor=True),
+              "mean-first": _normalized(lambda x, m: m - x)}
+
+
+@pytest.mark.parametrize("name", sorted(NORMALIZED))
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager", "xla"])
+def test_scaled_difference_with_statistics_equals_the_loop_bit_for_bit(name, mode):
+  body = NORMALIZED[name]
+  for n in (4, 0):
+    expected = testing.sequential(body, n, testing.output_spec(body))
+    actual = testing.run_pfor(body, n, mode=mode)
+    if mode == "xla":
+      testing.assert_allclose(actual, expected, 1e-6)
+    else:
+      np.testing.assert_array_equal(actual, expected)
+
+
+def test_scaled_difference_with_statistics_is_one_compiled_call():
+  assert "Sub" not in _live_types(NORMALIZED["sub"], 4)
+  assert "AddV2" not in _live_types(NORMALIZED["add"], 4)
+  # a stacked value against an invariant one of the same per-iteration shape: not rewritten
+  same_shape = lambda i: (tf.gather(IMAGES, i) - IMAGES[0]) * tf.gather(FACTORS, i)
+  assert "Sub" in _live_types(same_shape, 4)
+
+
+def test_gradient_through_a_scaled_difference_equals_the_loop():
+  body = NORMALIZED["sub"]
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([IMAGES, FACTORS])
+    actual = tf.reduce_sum(tf.sin(vectorize.pfor(body, 4, fallback_to_while_loop=False)))
+    expected = tf.reduce_sum(tf.sin(tf.stack([body(i) for i in range(4)])))
+  for source in (IMAGES, FACTORS):
+    np.testing.assert_allclose(*[tf.convert_to_tensor(tape.gradient(y, source))
+                                 for y in (actual, expected)], rtol=1e-5, atol=1e-6)
