@@ -22,8 +22,12 @@ same round.
 With `--augment`, Keras RandomFlip + RandomContrast follow the resize (per-example randomness,
 equal to map_batch's draws); the forms are then map_batch and vectorize.
 
+With `--steady`, an epoch is also split in two: the iterator start (tf.data instantiates and
+optimizes the map function for every new iterator, so every epoch pays it) and the steady time
+per batch of a long-lived iterator.
+
 Run by itself: `python -m benchmarks.workloads.data_pipeline [--batch=128] [--rounds=7]
-[--augment]`.
+[--augment] [--steady]`.
 `build(batch)` gives these forms as zero-argument callables; `build_suite(batch)` gives the
 benchmark suite's four forms (`benchmarks/workload.py`), each reducing an epoch to sums.
 """
@@ -110,27 +114,28 @@ def build(batch, records=None, augment=False):
 
   `augment`: Keras augmentation after the resize; the forms are then map_batch and vectorize
   only (a hand-batched or parallel map draws in another order)."""
+  return {name: (lambda d=dataset: list(d))
+          for name, dataset in build_datasets(batch, records, augment).items()}
+
+
+def build_datasets(batch, records=None, augment=False):
+  """The forms' datasets (what `build` iterates), for measures other than whole epochs."""
   source = tf.data.Dataset.from_tensor_slices(records or make_records())
   autotune = tf.data.AUTOTUNE
-
-  def epoch(dataset):
-    return lambda: list(dataset)
-
   if augment:
     return {
-        "map_batch": epoch(source.map(with_augmentation()).batch(batch)),
-        "vectorize": epoch(source.apply(vectorize.data.map_and_batch(
-            with_augmentation(), batch, fallback_to_while_loop=False))),
+        "map_batch": source.map(with_augmentation()).batch(batch),
+        "vectorize": source.apply(vectorize.data.map_and_batch(
+            with_augmentation(), batch, fallback_to_while_loop=False)),
     }
   return {
-      "map_batch": epoch(source.map(preprocess).batch(batch)),
-      "map_batch_parallel": epoch(source.map(preprocess, num_parallel_calls=autotune)
-                                  .batch(batch)),
-      "hand": epoch(source.batch(batch).map(preprocess_batch)),
-      "vectorize": epoch(source.apply(vectorize.data.map_and_batch(
-          preprocess, batch, fallback_to_while_loop=False))),
-      "vectorize_parallel": epoch(source.apply(vectorize.data.map_and_batch(
-          preprocess, batch, num_parallel_calls=autotune, fallback_to_while_loop=False))),
+      "map_batch": source.map(preprocess).batch(batch),
+      "map_batch_parallel": source.map(preprocess, num_parallel_calls=autotune).batch(batch),
+      "hand": source.batch(batch).map(preprocess_batch),
+      "vectorize": source.apply(vectorize.data.map_and_batch(
+          preprocess, batch, fallback_to_while_loop=False)),
+      "vectorize_parallel": source.apply(vectorize.data.map_and_batch(
+          preprocess, batch, num_parallel_calls=autotune, fallback_to_while_loop=False)),
   }
 
 
@@ -211,6 +216,47 @@ def measure(forms, rounds, reference="map_batch"):
                  "cpu_ratio": ratio(cpu, name)} for name in forms}
 
 
+_STEADY_BATCHES = 16
+
+
+def measure_steady(datasets, rounds, reference="map_batch", batches=_STEADY_BATCHES):
+  """An epoch split in two, in interleaved rounds: the iterator start (`iter(dataset)`, where
+  tf.data instantiates and optimizes the map function again; every epoch pays it) and the
+  steady time per batch of a long-lived iterator over the repeated dataset (no restart).
+  Returns {form: {"start", "start_cpu", "batch", "batch_cpu", "ratio", "cpu_ratio"}}: medians
+  in seconds, and the medians over rounds of the form's batch time divided by the
+  reference's."""
+  names = list(datasets)
+  # No prefetch injected: an idle iterator would fill its buffer while another form is timed.
+  options = tf.data.Options()
+  options.experimental_optimization.inject_prefetch = False
+  running = {name: iter(datasets[name].repeat().with_options(options)) for name in names}
+  times = {name: {k: [] for k in ("start", "start_cpu", "batch", "batch_cpu")}
+           for name in names}
+  for name in names:   # warm-up
+    for _ in range(batches):
+      next(running[name])
+  for r in range(rounds):
+    for name in (names if r % 2 == 0 else names[::-1]):
+      start, start_cpu = time.perf_counter(), time.process_time()
+      iterator = iter(datasets[name])
+      times[name]["start_cpu"].append(time.process_time() - start_cpu)
+      times[name]["start"].append(time.perf_counter() - start)
+      del iterator
+      start, start_cpu = time.perf_counter(), time.process_time()
+      for _ in range(batches):
+        next(running[name])
+      times[name]["batch_cpu"].append((time.process_time() - start_cpu) / batches)
+      times[name]["batch"].append((time.perf_counter() - start) / batches)
+
+  def ratio(name, key):
+    return float(np.median([t / r for t, r in zip(times[name][key], times[reference][key])]))
+
+  return {name: dict({k: float(np.median(v)) for k, v in t.items()},
+                     ratio=ratio(name, "batch"), cpu_ratio=ratio(name, "batch_cpu"))
+          for name, t in times.items()}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch", type=int, default=128)
@@ -218,6 +264,8 @@ def main():
   parser.add_argument("--records", type=int, default=RECORDS)
   parser.add_argument("--augment", action="store_true",
                       help="Keras RandomFlip + RandomContrast on each image")
+  parser.add_argument("--steady", action="store_true",
+                      help="also the iterator start and the steady time per batch")
   args = parser.parse_args()
   records = make_records(args.records)
   check(build(args.batch, records, args.augment))   # fresh forms: augmentation holds state
@@ -232,6 +280,16 @@ def main():
   for name, r in results.items():
     print(f"  {name:20s} {r['wall'] * 1e3:8.1f} {r['wall_min'] * 1e3:8.1f} "
           f"{r['cpu'] * 1e3:8.1f} {r['ratio']:8.2f}x {r['cpu_ratio']:7.2f}x")
+  if args.steady:
+    steady = measure_steady(build_datasets(args.batch, records, args.augment), args.rounds)
+    print(f"iterator start (iter(): function instantiation) and steady batches (a long-lived "
+          f"iterator, {_STEADY_BATCHES} batches a round), medians; ratios to map_batch")
+    print(f"  {'form':20s} {'start':>8s} {'cpu':>8s} {'batch':>8s} {'cpu':>8s} "
+          f"{'batch/ref':>10s} {'cpu/ref':>8s}")
+    for name, r in steady.items():
+      print(f"  {name:20s} {r['start'] * 1e3:8.1f} {r['start_cpu'] * 1e3:8.1f} "
+            f"{r['batch'] * 1e3:8.2f} {r['batch_cpu'] * 1e3:8.2f} {r['ratio']:9.2f}x "
+            f"{r['cpu_ratio']:7.2f}x")
 
 
 if __name__ == "__main__":
