@@ -52,7 +52,8 @@ def _broadcast_invariant(tensor, rank):
   return tensor
 
 
-@ragged.register("AddN", "ClipByValue", "Equal", "Mul", "NotEqual")
+@ragged.register("AddN", "ClipByValue", "Equal", "LookupTableFindV2", "Mul", "NotEqual",
+                 "SelectV2")
 @ragged.register_elementwise
 def _convert_elementwise(op):
   """Elementwise ops on the flat values; operands of each kind aligned row by row."""
@@ -348,6 +349,17 @@ def _convert_squeeze(op):
     return stacked(tf.identity(flat))      # one row per iteration: [n] + rest
 
 
+@ragged.register("Unpack")
+def _convert_unpack(op):
+  """Along a later axis, on the flat values (each piece keeps the rows); along the ragged
+  axis the number of pieces would differ per iteration."""
+  rows = op.value(0).tensor
+  axis = op.attr("axis") % values.rank(rows.values)
+  if axis == 0 or rows.dims is not None:
+    raise Unvectorizable("unstacking along the axis whose size differs per iteration")
+  return [ragged.same_rows(t, rows) for t in op.rebuild([rows.values])]
+
+
 @ragged.register("ExpandDims")
 def _convert_expand_dims(op):
   """A new axis after the first: on the flat values."""
@@ -408,6 +420,10 @@ def _convert_strided_slice(op):
       return ragged.same_rows(
           op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
           rows)                                           # the first axis is left whole
+    if (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
+        np.size(begin) == values.rank(rows.values) + 1):   # `...` spans no axis: drop it
+      begin, end, strides = begin[1:], end[1:], strides[1:]
+      masks = {name: mask >> 1 for name, mask in masks.items()}
     if masks["ellipsis_mask"] & 1 or masks["new_axis_mask"] & 1:
       raise Unvectorizable("a strided slice of a ragged value starting with newaxis")
     first_begin, first_end = int(begin[0]), int(end[0])

@@ -32,6 +32,10 @@ def _rows(i):
   return tf.boolean_mask(M[i], M[i][:, 0] > -1)
 
 
+_TABLE = tf.lookup.StaticHashTable(
+    tf.lookup.KeyValueTensorInitializer(["a", "bc", "g", "kbk"], [1, 2, 3, 4]), -1)
+
+
 def _partition_and_stitch(data, partitions):
   """The conditional pattern of a vectorized tf.cond: split by branch, run, merge back."""
   positions = tf.dynamic_partition(tf.range(tf.size(partitions)), partitions, 2)
@@ -108,6 +112,10 @@ BODIES = {
     "dynamic_stitch_ragged_and_invariant": lambda i: tf.dynamic_stitch(
         [tf.range(3), tf.boolean_mask(XI[i] - 1, XI[i] < 4) % 3],
         [TABLE[:3], tf.boolean_mask(tf.cast(XI[i], tf.float32), XI[i] < 4)]),
+    "lookup_table": lambda i: _TABLE.lookup(tf.strings.split(STRINGS[i])),
+    "select_v2": lambda i: tf.where(_positive(i) > 2.0, _positive(i), -1.0),
+    "unpack_later_axis": lambda i: tf.unstack(tf.where(XI[i] > 1), axis=1)[0],
+    "slice_with_ellipsis_spanning_no_axis": lambda i: tf.range(LIMS[i])[..., 1:4],
     "dynamic_partition": lambda i: tf.dynamic_partition(
         _rows(i), tf.range(tf.shape(_rows(i))[0]) % 2, 2),
     "slice_per_iteration_bounds": lambda i: tf.range(LIMS[i] + 3)[STARTS[i] % 3:LIMS[i]],
