@@ -133,32 +133,37 @@ def _scale(in_size, out_size, align_corners):
   return in_size / float(out_size)
 
 
-def _source(in_size, out_size, align_corners, shift):
-  """`[n, out_size]` float32: each output pixel's position in the input image, half-pixel
-  centers shifted by `shift` (0.5 for bilinear and bicubic, 0 for nearest)."""
-  scale = _scale(in_size, out_size, align_corners)[:, None]
-  positions = tf.range(out_size, dtype=tf.float32)[None]
+def _source(in_size, out_size, axis, align_corners, shift):
+  """Each output pixel's position in the input image (float32), half-pixel centers shifted
+  by `shift` (0.5 for bilinear and bicubic, 0 for nearest): `[n, out_size, 1]` for the rows
+  (axis 1), `[n, 1, out_size]` for the columns (axis 2), from sizes `in_size` `[n, 1, 1]`.
+  The output positions are one constant in the shape they broadcast in: few ops, since
+  each tf.data iterator optimizes the whole map function again."""
+  scale = _scale(in_size, out_size, align_corners)
+  shape = [1, 1, 1]
+  shape[axis] = out_size
+  positions = np.arange(out_size, dtype=np.float32).reshape(shape)
   if shift is None:
-    return positions * scale
-  return (positions + 0.5) * scale - shift
+    return tf.constant(positions) * scale
+  return tf.constant(positions + np.float32(0.5)) * scale - shift
 
 
-def _nearest_taps(in_size, out_size, align_corners, half_pixel):
-  src = _source(in_size, out_size, align_corners, 0. if half_pixel else None)
+def _nearest_taps(in_size, out_size, axis, align_corners, half_pixel):
+  src = _source(in_size, out_size, axis, align_corners, 0. if half_pixel else None)
   index = tf.floor(src)
   if align_corners:                                  # roundf: halves away from zero
     index += tf.cast(src - index >= 0.5, tf.float32)
-  index = tf.minimum(tf.cast(index, tf.int32), in_size[:, None] - 1)
+  index = tf.minimum(tf.cast(index, tf.int32), in_size - 1)
   if half_pixel:
     index = tf.maximum(index, 0)
   return [index], None
 
 
-def _bilinear_taps(in_size, out_size, align_corners, half_pixel):
-  src = _source(in_size, out_size, align_corners, 0.5 if half_pixel else None)
+def _bilinear_taps(in_size, out_size, axis, align_corners, half_pixel):
+  src = _source(in_size, out_size, axis, align_corners, 0.5 if half_pixel else None)
   low = tf.floor(src)
   lower = tf.maximum(tf.cast(low, tf.int32), 0)
-  upper = tf.minimum(tf.cast(tf.math.ceil(src), tf.int32), in_size[:, None] - 1)
+  upper = tf.minimum(tf.cast(tf.math.ceil(src), tf.int32), in_size - 1)
   return [lower, upper], src - low
 
 
@@ -172,17 +177,17 @@ def _cubic_table(a):
   return tf.constant(np.stack([near, far], 1).reshape([-1]).astype(np.float32))
 
 
-def _bicubic_taps(in_size, out_size, align_corners, half_pixel):
+def _bicubic_taps(in_size, out_size, axis, align_corners, half_pixel):
   """Four taps; with half-pixel centers (Keys' cubic, a = -0.5) taps outside the image get
   weight 0 and the rest are renormalized, else (a = -0.75) they repeat the edge pixel."""
-  src = _source(in_size, out_size, align_corners, 0.5 if half_pixel else None)
+  src = _source(in_size, out_size, axis, align_corners, 0.5 if half_pixel else None)
   floor = tf.floor(src)
   base = tf.cast(floor, tf.int32)
   offset = tf.cast(tf.round((src - floor) * 1024.), tf.int32)         # lrintf: half to even
   table = _cubic_table(-0.5 if half_pixel else -0.75)
   weights = [tf.gather(table, offset * 2 + 1), tf.gather(table, offset * 2),
              tf.gather(table, (1024 - offset) * 2), tf.gather(table, (1024 - offset) * 2 + 1)]
-  limit = in_size[:, None]
+  limit = in_size
   taps = [base + d for d in (-1, 0, 1, 2)]
   bounded = [tf.clip_by_value(t, 0, limit - 1) for t in taps]
   if half_pixel:
@@ -194,22 +199,24 @@ def _bicubic_taps(in_size, out_size, align_corners, half_pixel):
 
 
 def _interpolate(pick, taps_y, weights_y, taps_x, weights_x, method):
-  """The resized image from `pick(ys, xs)` (source pixels, float32 for interpolations), in
-  the kernels' order of operations."""
+  """The resized image from `pick(y, x)` (source pixels of row tap y and column tap x,
+  float32 for interpolations), in the kernels' order of operations; weights of the rows
+  `[n, out_h, 1]`, of the columns `[n, 1, out_w]`."""
   if method == "ResizeNearestNeighbor":
-    return pick(taps_y[0], taps_x[0])
+    return pick(0, 0)
   if method == "ResizeBilinear":
-    y_lerp, x_lerp = weights_y[:, :, None, None], weights_x[:, None, :, None]
-    top_left, top_right = pick(taps_y[0], taps_x[0]), pick(taps_y[0], taps_x[1])
-    bottom_left, bottom_right = pick(taps_y[1], taps_x[0]), pick(taps_y[1], taps_x[1])
+    y_lerp, x_lerp = tf.expand_dims(weights_y, -1), tf.expand_dims(weights_x, -1)
+    top_left, top_right = pick(0, 0), pick(0, 1)
+    bottom_left, bottom_right = pick(1, 0), pick(1, 1)
     top = top_left + (top_right - top_left) * x_lerp
     bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
     return top + (bottom - top) * y_lerp
+  weights_y = [tf.expand_dims(w, -1) for w in weights_y]
   columns = []
-  for tx in taps_x:                  # the y interpolation of each x tap, then the x one
-    terms = [pick(ty, tx) * wy[:, :, None, None] for ty, wy in zip(taps_y, weights_y)]
+  for x in range(len(taps_x)):       # the y interpolation of each x tap, then the x one
+    terms = [pick(y, x) * wy for y, wy in enumerate(weights_y)]
     columns.append(terms[0] + terms[1] + terms[2] + terms[3])
-  terms = [c * wx[:, None, :, None] for c, wx in zip(columns, weights_x)]
+  terms = [c * tf.expand_dims(wx, -1) for c, wx in zip(columns, weights_x)]
   return terms[0] + terms[1] + terms[2] + terms[3]
 
 
@@ -232,28 +239,30 @@ def _convert_resize(op):
   largest = tf.reduce_max(tf.concat([tf.ones([1, 3], tf.int32), rows.dims], 0), 0)
   one_size = tf.reduce_all(tf.equal(rows.dims, largest))
   whole = tf.where(one_size, n, 0)                       # images the kernel resizes
-  height, width = (tf.where(one_size, d, 1) for d in (largest[1], largest[2]))
-  channels = tf.shape(rows.values)[1]
-  batch = values.reshape(rows.values[:whole * height * width],
-                         [whole, height, width, channels])
-  rest = ragged.RaggedRows(rows.values, rows.row_lengths[whole:], rows.dims[whole:])
+  size = tf.where(one_size, largest, 1)                  # their (1, height, width)
+  channels = op.op.inputs[0].shape[3]
+  batch = tf.reshape(tf.slice(rows.values, [0, 0], tf.stack([whole * tf.reduce_prod(size), -1])),
+                     tf.concat([tf.reshape(whole, [1]), size[1:], [channels]], 0))
+  rest = ragged.RaggedRows(rows.values, tf.slice(rows.row_lengths, [whole], [-1]),
+                           tf.slice(rows.dims, tf.stack([whole, 0]), [-1, -1]))
   out = tf.concat([op.rebuild([batch, op.invariant(1)])[0], _resize_each(op, rest)], 0)
-  return stacked(out[:, None])
+  return stacked(tf.expand_dims(out, 1))
 
 
 def _resize_each(op, rows):
   """`[n, height, width, c]`: each image resized from its own size by gathers."""
   out_h, out_w = (int(s) for s in op.static_value(1))
   align, half = op.attr("align_corners"), op.attr("half_pixel_centers")
-  h, w = rows.dims[:, 1], rows.dims[:, 2]
+  _, h, w = tf.split(tf.reshape(rows.dims, [-1, 1, 3]), 3, axis=2)        # [n, 1, 1] each
   taps = _TAPS[op.type]
-  taps_y, weights_y = taps(h, out_h, align, half)
-  taps_x, weights_x = taps(w, out_w, align, half)
-  starts = rows.row_starts[:, None, None]
+  taps_y, weights_y = taps(h, out_h, 1, align, half)                       # [n, out_h, 1]
+  taps_x, weights_x = taps(w, out_w, 2, align, half)                       # [n, 1, out_w]
+  starts = tf.reshape(rows.row_starts, [-1, 1, 1])
+  row_starts = [starts + y * w for y in taps_y]
   pixels = rows.values if op.type == "ResizeNearestNeighbor" else \
       tf.cast(rows.values, tf.float32)
 
-  def pick(ys, xs):                  # [n, out_h], [n, out_w] -> [n, out_h, out_w, c]
-    return tf.gather(pixels, starts + ys[:, :, None] * w[:, None, None] + xs[:, None, :])
+  def pick(y, x):                    # -> [n, out_h, out_w, c]
+    return tf.gather(pixels, row_starts[y] + taps_x[x])
 
   return _interpolate(pick, taps_y, weights_y, taps_x, weights_x, op.type)
