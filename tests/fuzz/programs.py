@@ -8,7 +8,7 @@ ops, gathers/scatters, conv/pool, softmax, sort/top-k, casts, random ops, condit
 per-iteration and invariant predicates, switch_case, while loops with per-iteration trip
 counts, TensorArrays, GradientTapes, nested tf.functions and variable reads; newer seeds
 also draw ops converted later (late_pool.py) and values whose size differs per iteration,
-returned or consumed (ragged_pool.py). Values that go
+returned or consumed (ragged_pool.py), and pfors nested in the body. Values that go
 through discontinuous ops (floor, comparisons, argmax, sort) are kept exact, so rounding
 differences between the batched and the per-iteration computation cannot flip them.
 """
@@ -24,6 +24,7 @@ from tests.fuzz.ragged_pool import RAGGED, RaggedPool, fixed
 FLOAT, INT, BOOL = "float32", "int32", "bool"
 EXTENDED_FROM = 1_000_000   # seeds from here also draw the ops of `g_newer_ops`
 NEWEST_FROM = 1_100_000     # seeds from here also draw ragged_pool.py and late_pool.py
+NESTED_FROM = 1_200_000     # seeds from here also draw pfors nested in the body
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
             "int64": "tf.int64", "float64": "tf.float64",
             RAGGED: "tf.float32"}
@@ -1105,10 +1106,30 @@ class Generator(RaggedPool, LatePool):
     out = a.shape[:-1] + (a.shape[-1] // 2 + 1,)
     return self.emit("tf.abs(tf.signal.rfft({0}))", [a.name], out, FLOAT, "rfft", False)
 
+  def g_nested_pfor(self):
+    """A pfor inside the body over the rows of a body value: the inner block sees its row,
+    the inner index and the outer scope (invariant inside, per-iteration outside)."""
+    if self.depth >= 1:
+      return None
+    a = self.pick(lambda v: v.dtype in (FLOAT, INT) and len(v.shape) >= 1 and v.shape[0])
+    if a is None:
+      return None
+    row = Var(self.fresh("r"), a.shape[1:], a.dtype, a.exact)
+    jv = Var(self.fresh("j"), (), INT)
+    stmts, local = self.block([row, jv], self.rng.randint(1, 3))
+    target = self.pick_recent([v for v in [row] + local if v.dtype in (FLOAT, INT)])
+    ret = self.result_of(stmts, [row, jv] + local, target)
+    block = Block([row.name, jv.name], stmts, "{0}", [ret])
+    lines = ["{B0}", f"{{o0}} = vectorize.pfor(lambda {{p}}_j: {{b0}}(tf.gather({{0}}, "
+             f"{{p}}_j), {{p}}_j), {a.shape[0]}, fallback_to_while_loop=False)"]
+    return self.emit(lines, [a.name], (a.shape[0],) + target.shape, target.dtype,
+                     "nested_pfor", False, [block])
+
   # -- the program ------------------------------------------------------------------------
 
   EXTENDED_WEIGHTS = [("g_newer_ops", 4)]
   NEWEST_WEIGHTS = [("g_ragged", 12), ("g_late_ops", 12)]
+  NESTED_WEIGHTS = [("g_nested_pfor", 4)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1123,7 +1144,8 @@ class Generator(RaggedPool, LatePool):
   def statement(self):
     names, weights = zip(*(self.WEIGHTS +
                            (self.EXTENDED_WEIGHTS if self.seed >= EXTENDED_FROM else []) +
-                           (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else [])))
+                           (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else []) +
+                           (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):
