@@ -29,6 +29,14 @@ def check(condition, message):
   return tf.debugging.Assert(tf.reduce_all(condition), [message])
 
 
+def row_shape(t):
+  """`tf.shape(t)` as int32, for a TensorArray of row shapes: read as int64 and cast, since a
+  Shape op's int32 output is typed a shape tensor, and one written into an int32 TensorList
+  makes TF's type inference report an invalid graph (a warning at every tf.data iterator
+  start)."""
+  return tf.cast(tf.shape(t, out_type=tf.int64), tf.int32)
+
+
 def _same_shape(shape, first):
   """shape == first, elementwise, both padded with -1 to one length: ranks that differ
   give a False, not an error."""
@@ -84,7 +92,7 @@ def map_rows(op):
                   for t, s, known in zip(results, first or results, ranked) if not known]
         with tf.control_dependencies(checks):
           arrays = [a.write(k, t) for a, t in zip(arrays, results)]
-          shape_arrays = [a.write(k, tf.shape(t)) for a, t in zip(shape_arrays, results)]
+          shape_arrays = [a.write(k, row_shape(t)) for a, t in zip(shape_arrays, results)]
       return i + _ROWS_PER_STEP, arrays, shape_arrays
 
     arrays = [tf.TensorArray(t.dtype, size=n, element_shape=t.shape, infer_shape=False)

@@ -14,6 +14,7 @@ them as a batch instead (with no conditional: the other side gets no images).
 import numpy as np
 import tensorflow as tf
 
+from converters import per_row
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
@@ -47,7 +48,7 @@ def _convert_decode(op):
     for j in tf.unstack(tf.minimum(i + tf.range(_ROWS_PER_STEP), n - 1), _ROWS_PER_STEP):
       image = op.rebuild([tf.gather(v.tensor, j) if v.stacked else v.tensor
                           for v in inputs])[0]
-      shape = tf.shape(image, out_type=tf.int32)
+      shape = per_row.row_shape(image)
       flat = tf.reshape(image, flat_shape or tf.concat([[-1], shape[k:]], 0))
       images, shapes = images.write(j, flat), shapes.write(j, shape)
     return i + _ROWS_PER_STEP, images, shapes

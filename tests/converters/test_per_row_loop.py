@@ -70,3 +70,16 @@ def test_map_and_batch_with_a_short_last_batch():
   assert [a.shape for a in actual] == [e.shape for e in expected]   # 4, 2
   for a, e in zip(actual, expected):
     np.testing.assert_array_equal(a, e)
+
+
+def _shape_ops_written_to_lists(fn):
+  """TensorListSetItem ops whose item is a Shape op's output (typed a shape tensor: TF's type
+  inference calls such a graph invalid, a warning at every tf.data iterator start)."""
+  return [op.name for op in testing.all_ops(fn.get_concrete_function().graph)
+          if op.type == "TensorListSetItem" and op.inputs[2].op.type == "Shape"]
+
+
+def test_row_shapes_are_written_as_plain_int32():
+  fn = tf.function(lambda: vectorize.pfor(lambda i: tf.io.decode_png(_PNGS[0, i], channels=3),
+                                          3, fallback_to_while_loop=False))
+  assert not _shape_ops_written_to_lists(fn)

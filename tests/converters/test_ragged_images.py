@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests.converters.test_per_row_loop import _shape_ops_written_to_lists
 from tests.converters.test_ragged import _reference, _run
 
 SIZES = [(5, 7), (9, 4), (6, 6), (1, 1), (3, 12)]
@@ -84,6 +85,11 @@ def test_resize_has_no_loop_or_conditional_after_the_decode():
   types = [op.type for op in fn.get_concrete_function().graph.get_operations()]
   assert types.count("While") + types.count("StatelessWhile") == 1      # the decodes'
   assert not {"If", "StatelessIf", "Case"} & set(types)
+
+
+def test_decoded_sizes_are_written_as_plain_int32():
+  fn = tf.function(lambda: vectorize.pfor(BODIES["bilinear"], N, fallback_to_while_loop=False))
+  assert not _shape_ops_written_to_lists(fn)
 
 
 def test_images_of_one_size_returned_whole_stay_dense():
