@@ -76,8 +76,8 @@ def _compiled_transform(op, folded, transforms, kernel, b):
   value as converters/projective.py's TF ops compiled by XLA, or None where that does not
   apply. The CPU kernel computes each channel's coordinates anew and took 24 ms of the
   Keras augmentation's 33 ms CPU at batch 128 (64x64x3); compiled in two stages, the same
-  transform takes about 12 ms (load 5). Within float rounding of the kernel; the gradient is the
-  kernel's own (TF registers one for the images only), so it equals the loop's."""
+  transform takes about 9 ms (load 4-5). Within float rounding of the kernel; the gradient
+  is the kernel's own (TF registers one for the images only), so it equals the loop's."""
   output_shape = tf.get_static_value(op.invariant(2))
   fill_mode = op.attr("fill_mode").decode()
   if (tf.config.list_logical_devices("GPU") or output_shape is None or

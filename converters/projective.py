@@ -85,15 +85,25 @@ def transform(images, transforms, output_shape, fill, interpolation, fill_mode,
     raise Unvectorizable("the projective transform in TF ops takes float32 images of known "
                          "size and fill modes " + ", ".join(MODES))
   per_pixel, reads = (_compiled_sources, _compiled_reads) if compiled else (_sources, _reads)
-  indices, weights, unprojected = per_pixel(
-      transforms, tuple(images.shape[1:3]), tuple(output_shape), fill_mode,
-      interpolation == "NEAREST", flip_rows, flip_columns)
-  return reads(images, fill, indices, weights, unprojected)
+  nearest = interpolation == "NEAREST"
+  sources = per_pixel(transforms, tuple(images.shape[1:3]), tuple(output_shape), fill_mode,
+                      nearest, flip_rows, flip_columns)
+  return reads(images, fill, sources, _steps(images.shape[2], flip_rows, flip_columns),
+               nearest)
+
+
+def _steps(w, flip_rows, flip_columns):
+  """Per image, the steps in the framed images' rows from a pixel to its right neighbour and
+  to the one below it, as the neighbours of the unflipped image lie: `[m]` or scalars."""
+  right = 1 if flip_columns is None else tf.where(flip_columns, -1, 1)
+  below = w + 2 * _BORDER
+  return right, below if flip_rows is None else tf.where(flip_rows, -below, below)
 
 
 def _sources(transforms, size, output_shape, fill_mode, nearest, flip_rows, flip_columns):
-  """Per output pixel (`[m, oh, ow]` each): the rows of the framed images it reads (one, or
-  four neighbours), their bilinear weights, and whether the projection is undefined there."""
+  """Per output pixel (`[m, oh, ow]` each): its source coordinates in the image, the row of
+  the framed images that it reads (bilinear: its top left neighbour), and whether the
+  projection is undefined there."""
   h, w = size
   m = tf.shape(transforms)[0]
   out_h, out_w = output_shape
@@ -107,38 +117,37 @@ def _sources(transforms, size, output_shape, fill_mode, nearest, flip_rows, flip
   in_y = _mapped((t[3] * xs + t[4] * ys + t[5]) / divisor, h, fill_mode)
   stride = w + 2 * _BORDER
   first = (tf.range(m) * (h + 2 * _BORDER) * stride)[:, None, None]
-
-  def index(row, column):
-    """The frame's row at integer-valued float coordinates; outside the image: one of the
-    frame's fill pixels."""
-    row = _mirrored(tf.cast(tf.clip_by_value(row, -_BORDER, h), tf.int32), h, flip_rows)
-    column = _mirrored(tf.cast(tf.clip_by_value(column, -_BORDER, w), tf.int32), w,
-                       flip_columns)
-    return first + (row + _BORDER) * stride + column + _BORDER
-
   if nearest:
     rounded = lambda v: tf.sign(v) * tf.floor(tf.abs(v) + 0.5)   # half away from zero
-    return [index(rounded(in_y), rounded(in_x))], [], unprojected
-  y0, x0 = tf.floor(in_y), tf.floor(in_x)
-  y1, x1 = y0 + 1, x0 + 1
-  indices = [index(y0, x0), index(y0, x1), index(y1, x0), index(y1, x1)]
-  return indices, [x1 - in_x, in_x - x0, y1 - in_y, in_y - y0], unprojected
+    row, column = rounded(in_y), rounded(in_x)
+  else:
+    row, column = tf.floor(in_y), tf.floor(in_x)
+  # Clipped into the frame; a neighbour one step on from a clipped pixel is a frame pixel
+  # too, so it reads the fill value, as the kernel's neighbour outside the image does.
+  row = _mirrored(tf.cast(tf.clip_by_value(row, -_BORDER, h), tf.int32), h, flip_rows)
+  column = _mirrored(tf.cast(tf.clip_by_value(column, -_BORDER, w), tf.int32), w,
+                     flip_columns)
+  return in_x, in_y, first + (row + _BORDER) * stride + column + _BORDER, unprojected
 
 
-def _reads(images, fill, indices, weights, unprojected):
-  """The output `[m, oh, ow, c]` from the framed images' rows at `indices`: bilinear
-  weights combined in the kernel's order; the fill value where the projection is
-  undefined."""
+def _reads(images, fill, sources, steps, nearest):
+  """The output `[m, oh, ow, c]` from the framed images' rows that `sources` names (and
+  their neighbours, `steps` on): bilinear weights combined in the kernel's order; the fill
+  value where the projection is undefined."""
+  in_x, in_y, index, unprojected = sources
   c = images.shape[-1]
   frame = tf.reshape(_framed(images, fill), [-1, c])
-  read = lambda k: tf.gather(frame, indices[k])                           # [m, oh, ow, c]
-  weight = lambda k: weights[k][..., None]
-  if len(indices) == 1:
-    out = read(0)
+  per_image = lambda step: tf.reshape(step, [-1, 1, 1])
+  right, below = per_image(steps[0]), per_image(steps[1])
+  if nearest:
+    out = tf.gather(frame, index)
   else:
-    top = weight(0) * read(0) + weight(1) * read(1)
-    bottom = weight(0) * read(2) + weight(1) * read(3)
-    out = weight(2) * top + weight(3) * bottom
+    read = lambda offset: tf.gather(frame, index + offset)                 # [m, oh, ow, c]
+    x0, y0 = tf.floor(in_x), tf.floor(in_y)
+    weight = lambda v: v[..., None]
+    top = weight(x0 + 1 - in_x) * read(0) + weight(in_x - x0) * read(right)
+    bottom = weight(x0 + 1 - in_x) * read(below) + weight(in_x - x0) * read(below + right)
+    out = weight(y0 + 1 - in_y) * top + weight(in_y - y0) * bottom
   fill = tf.reshape(fill, [-1, 1, 1, 1])
   return tf.where(unprojected[..., None], fill, out)
 

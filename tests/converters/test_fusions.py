@@ -214,19 +214,24 @@ FLIPS = tf.constant([[True, False], [False, False], [True, True], [False, True]]
 ANGLES = tf.constant(RNG.uniform(-0.8, 0.8, [4]), tf.float32)
 
 
-def _flipped_then_rotated(flip, blocked=False):
-  """Per iteration: the images flipped by `flip(images, i)`, then rotated by the projective
-  transform (as Keras RandomFlip then RandomRotation); `blocked`: with an op between that
-  no rewrite sees through, so the flips run as they are written."""
+SHIFTS = tf.constant([[2.0, -1.0], [-7.0, 9.0], [0.5, 0.25], [30.0, -3.5]])
+
+
+def _flipped_then_rotated(flip, blocked=False, fill_mode="REFLECT", interpolation="BILINEAR"):
+  """Per iteration: the images flipped by `flip(images, i)`, then rotated and shifted (some
+  far outside) by the projective transform (as Keras RandomFlip then RandomRotation);
+  `blocked`: with an op between that no rewrite sees through, so the flips run as they are
+  written."""
   def body(i):
     images = flip(tf.gather(IMAGES, i), i)
     if blocked:
       images = images + 0.0
     c, s = tf.cos(tf.gather(ANGLES, i)), tf.sin(tf.gather(ANGLES, i))
-    transform = tf.stack([c, -s, 2.0, s, c, -1.0, 0.0, 0.0])[None]
+    shift = tf.gather(SHIFTS, i)
+    transform = tf.stack([c, -s, shift[0], s, c, shift[1], 0.0, 0.0])[None]
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=images, transforms=tf.tile(transform, [2, 1]), output_shape=[6, 5],
-        fill_value=0.0, interpolation="BILINEAR", fill_mode="REFLECT")
+        fill_value=0.5, interpolation=interpolation, fill_mode=fill_mode)
   return body
 
 
@@ -260,6 +265,18 @@ def test_flips_read_by_the_transform_equal_the_loop_and_the_flips_written_out(na
         folded, testing.run_pfor(_flipped_then_rotated(FLIP_BODIES[name], True), n, mode))
     testing.assert_allclose(folded, testing.sequential(body, n, testing.output_spec(body)),
                             1e-6)
+
+
+@pytest.mark.parametrize("fill_mode", ["REFLECT", "NEAREST", "CONSTANT"])
+@pytest.mark.parametrize("interpolation", ["BILINEAR", "NEAREST"])
+def test_flips_read_by_the_transform_in_every_mode_equal_the_flips_written_out(
+    fill_mode, interpolation):
+  flip = FLIP_BODIES["rows-then-columns"]
+  body = _flipped_then_rotated(flip, False, fill_mode, interpolation)
+  folded = testing.run_pfor(body, 4)
+  np.testing.assert_array_equal(
+      folded, testing.run_pfor(_flipped_then_rotated(flip, True, fill_mode, interpolation), 4))
+  testing.assert_allclose(folded, testing.sequential(body, 4), 1e-6)
 
 
 def test_flips_read_by_the_transform_run_no_reverse():
