@@ -271,9 +271,6 @@ def scaled_difference(op):
   the difference took 4x the time of one of equal shapes. Compiled, the difference and the
   product are one pass, with the kernels' IEEE results (no op is contracted with another).
   """
-  if (options.compiled_by_xla() or tf.config.list_logical_devices("GPU") or
-      op.attr("T") not in (tf.float32, tf.float64)):
-    return None
   for k in (0, 1):
     t = op.op.inputs[k]
     if t.op.type not in ("Sub", "AddV2") or len(t.consumers()) != 1:
@@ -282,7 +279,9 @@ def scaled_difference(op):
     if a is None or b is None or not (a.stacked or b.stacked):
       continue
     a, b, factor = align_ranks([a, b, op.value(1 - k)])
-    if _broadcasts_inside([a.shape, b.shape], [a.shape, b.shape, factor.shape]):
+    if (_broadcasts_inside([a.shape, b.shape], [a.shape, b.shape, factor.shape]) and
+        op.attr("T") in (tf.float32, tf.float64) and not options.compiled_by_xla() and
+        not tf.config.list_logical_devices("GPU")):
       return stacked(_compiled_scaled_sum(a, b, factor, t.op.type == "Sub"))
   return None
 
