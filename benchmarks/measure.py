@@ -48,7 +48,8 @@ def measure(workload, batch, xla=True, num_rounds=5, tolerance=1e-3):
   steady-state milliseconds per call), `first_s` (the first call: tracing, conversion,
   compilation and a run), `conversion_s` (first call minus a steady call), `ops` (in the
   traced graph, nested functions included), `error` (max relative error against
-  hand-batched) and `times` (seconds per round, for ratios within rounds).
+  hand-batched), `times` (seconds per round, for ratios within rounds) and `cpu_times` (the
+  process's CPU seconds of the same calls).
   """
   fns = functions(workload, batch, xla)
   records, reference = {}, None
@@ -77,10 +78,12 @@ def measure(workload, batch, xla=True, num_rounds=5, tolerance=1e-3):
     del output                # per-example gradients of a convnet: a GB per form
   working = {label: fns[label] for label, r in records.items() if r["status"] == "ok"}
   calls = {label: timing.calls_for(records[label]["second_s"]) for label in working}
-  times = timing.rounds(working, num_rounds, calls)
+  cpu = {}
+  times = timing.rounds(working, num_rounds, calls, cpu)
   for label, t in times.items():
     r = records[label]
     r["times"] = t
+    r["cpu_times"] = cpu[label]
     r["ms"] = 1e3 * float(np.median(t))
     r["conversion_s"] = r["first_s"] - r["ms"] / 1e3
   return records
@@ -98,9 +101,10 @@ def _check(record, output, reference, tolerance):
     record.setdefault("reason", f"max relative error {error:.1e} > {tolerance:.0e}")
 
 
-def ratio(records, label, baseline):
-  """Median within-round time ratio of two working forms, or None."""
+def ratio(records, label, baseline, key="times"):
+  """Median within-round time ratio of two working forms, or None; key="cpu_times" for
+  CPU time (absent from results written before it was recorded)."""
   a, b = records.get(label, {}), records.get(baseline, {})
-  if "times" not in a or "times" not in b:
+  if key not in a or key not in b:
     return None
-  return timing.median_ratio(a["times"], b["times"])
+  return timing.median_ratio(a[key], b[key])

@@ -33,6 +33,8 @@ def target_row(entry):
       "hand_xla": measure.ratio(records, VX, HX),
       "tf": measure.ratio(records, V, T),
       "tf_xla": measure.ratio(records, VX, TX),
+      **{key + "_cpu": measure.ratio(records, a, b, "cpu_times") for key, a, b in (
+          ("hand", V, H), ("hand_xla", VX, HX), ("tf", V, T), ("tf_xla", VX, TX))},
       "conversion": conv,
       "conversion_ratio": conv[0] / conv[1] if None not in conv and conv[1] > 0 else None,
       "ops": [records.get(f, {}).get("ops") for f in (V, T)],
@@ -116,9 +118,31 @@ def markdown(results):
             "The program-counter workloads (`pc_*`) are left out of the means: their "
             "hand-batched form is another algorithm (iterative where autobatch recurses), and "
             "their targets are against TFP (`benchmarks/results/pc-*.md`)."]
+  lines += _cpu_table(results["workloads"], rows)
   for entry in results["workloads"]:
     lines += [""] + _workload_section(entry)
   return "\n".join(lines) + "\n"
+
+
+def _cpu_table(entries, rows):
+  """The target ratios again in CPU time: on a loaded machine a call's wall time includes its
+  waits for a core, which hit one form of a round and not the next."""
+  keys = ("hand_cpu", "hand_xla_cpu", "tf_cpu", "tf_xla_cpu")
+  if all(row[key] is None for row in rows for key in keys):
+    return []   # results written before CPU time was recorded
+  lines = ["", "The same ratios in CPU time (the process's, all threads, of the same calls):",
+           "", "| workload | vectorize / hand | ... under XLA | vectorize / TF pfor | "
+           "... under XLA |", "| --- | ---: | ---: | ---: | ---: |"]
+  limits = (TARGETS["hand_each"], TARGETS["hand_each"], TARGETS["tf_each"], TARGETS["tf_each"])
+  for entry, row in zip(entries, rows):
+    cells = " | ".join(_fmt(row[key], 2, limit) for key, limit in zip(keys, limits))
+    lines.append(f"| {entry['name']} | {cells} |")
+  targeted = [r for r, entry in zip(rows, entries) if has_targets(entry)]
+  means = [geomean(r[key] for r in targeted) for key in keys]
+  lines.append(f"| **geometric mean** | {_fmt(means[0], 2, TARGETS['hand_geomean'])} | "
+               f"{_fmt(means[1], 2, TARGETS['hand_geomean'])} | {_fmt(means[2])} | "
+               f"{_fmt(means[3])} |")
+  return lines
 
 
 def _workload_section(entry):

@@ -18,25 +18,36 @@ def run(fn):
 
 def seconds(fn):
   """Seconds of one call of `fn`, results fetched."""
-  start = time.perf_counter()
+  return wall_and_cpu_seconds(fn)[0]
+
+
+def wall_and_cpu_seconds(fn):
+  """(wall, CPU) seconds of one call of `fn`, results fetched. CPU time is the process's, all
+  threads: on a loaded machine it counts our own work and not the waits for a core, so its
+  ratios are steadier than wall time's."""
+  start, start_cpu = time.perf_counter(), time.process_time()
   run(fn)
-  return time.perf_counter() - start
+  return time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def rounds(forms, num_rounds, calls):
+def rounds(forms, num_rounds, calls, cpu=None):
   """Per-round times of each form: {name: [seconds per round]}.
 
   In each round every form runs `calls[name]` times back to back (the best of them counts),
   forms interleaved, so a slow spell of the machine hits all forms of a round alike. Every
   other round runs the forms in reverse order: a form that always ran after a given one
   (whose data it finds in cache, or whose threads it waits out) was 5% off on the linear
-  workload against the same ops in alternating order.
+  workload against the same ops in alternating order. A dict passed as `cpu` gets the CPU
+  seconds of each round's fastest call.
   """
   times = {name: [] for name in forms}
   for k in range(num_rounds):
     order = list(forms) if k % 2 == 0 else list(forms)[::-1]
     for name in order:
-      times[name].append(min(seconds(forms[name]) for _ in range(calls[name])))
+      wall, cpu_seconds = min(wall_and_cpu_seconds(forms[name]) for _ in range(calls[name]))
+      times[name].append(wall)
+      if cpu is not None:
+        cpu.setdefault(name, []).append(cpu_seconds)
   return times
 
 

@@ -85,6 +85,7 @@ def test_measure_flags_wrong_and_failing_forms():
   assert records[wl.TF_PFOR]["status"] == "fails"
   assert "no such op" in records[wl.TF_PFOR]["reason"]
   assert len(records[wl.VECTORIZE]["times"]) == 2
+  assert len(records[wl.VECTORIZE]["cpu_times"]) == 2
   assert records[wl.VECTORIZE]["ops"] > 0
   assert measure.ratio(records, wl.VECTORIZE, wl.HAND) > 0
   assert measure.ratio(records, wl.TF_PFOR, wl.HAND) is None
@@ -143,6 +144,17 @@ def test_report_states_targets(tmp_path):
   assert "| 0.10 | 10 | 0.0e+00 | 1,235 |" in text
   assert "| exit 1: boom |" in text
   assert "| **geometric mean** | | 1.10 ✓ | 1.40 ✗ |" in text
+  assert "in CPU time" not in text      # results without CPU times: no CPU table
+  # CPU-time ratios, from the same calls, in a table of their own.
+  cpu_records = {label: dict(r, cpu_times=[0.005] * 3) if "times" in r else r
+                 for label, r in records.items()}
+  cpu_records[wl.VECTORIZE + measure.XLA]["cpu_times"] = [0.006] * 3
+  cpu_results = dict(results, workloads=[dict(results["workloads"][0],
+                                              batches={"128": cpu_records})])
+  assert report.target_row(cpu_results["workloads"][0])["hand_xla_cpu"] == pytest.approx(1.2)
+  text = report.markdown(cpu_results)
+  assert "| toy | 1.00 ✓ | 1.20 ✓ | 1.00 ✓ | - |" in text
+  assert "| **geometric mean** | 1.00 ✓ | 1.20 ✗ | 1.00 | - |" in text
   # A program-counter workload is in the table but not in the means.
   pc_entry = dict(results["workloads"][0], name="pc_toy",
                   batches={"128": dict(records, **{wl.VECTORIZE: _record(1000.0)})})
