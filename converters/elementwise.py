@@ -133,7 +133,11 @@ def _convert_select_v2(op):
   A per-example choice such as Keras's random flip, `tf.where(flip, flipped, image)`, gives a
   condition of shape [n, 1, ..., 1]; TF's broadcasting select over the full rank took 20x the
   time of `Select` with an [n] condition, which picks whole rows of equally shaped x and y.
+  A choice between x and its reverse is one compiled pass (see converters/fusions.py).
   """
+  flipped = fusions.conditional_flip(op)
+  if flipped is not None:
+    return flipped
   result_shape = op.output_shape(0)
   if (op.is_stacked(0) and op.input_shape(0).num_elements() == 1
       and result_shape.is_fully_defined()

@@ -147,6 +147,12 @@ def _live_types(body, n):
   return [op.type for op in _live_ops(body, n)]
 
 
+def _live_calls(body, n=4):
+  """The names of the functions that the live ops call."""
+  return [op.get_attr("f").name for op in _live_ops(body, n)
+          if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+
+
 def test_product_chain_scales_the_stacked_value_once():
   stacked_muls = [t for t in _live_types(_product_chain(False), 4) if t == "Mul"]
   assert len(stacked_muls) == 3                    # F1 * F2, then * F3, then x * that
@@ -281,19 +287,25 @@ def test_flips_read_by_the_transform_in_every_mode_equal_the_flips_written_out(
 
 def test_flips_read_by_the_transform_run_no_reverse():
   flip = FLIP_BODIES["rows-then-columns"]
-  assert "ReverseV2" not in _live_types(_flipped_then_rotated(flip), 4)
-  assert "ReverseV2" in _live_types(_flipped_then_rotated(flip, blocked=True), 4)
+  assert not [f for f in _live_calls(_flipped_then_rotated(flip)) if "flip" in f]
+  written_out = _live_calls(_flipped_then_rotated(flip, blocked=True))
+  assert len([f for f in written_out if "_compiled_flip" in f]) == 2
 
 
-def test_gradient_through_flips_read_by_the_transform_equals_the_loop():
-  body = _flipped_then_rotated(FLIP_BODIES["rows-then-columns"])
+def _image_gradients(body):
+  """The gradients for IMAGES of a weighted sum of pfor(body, 4) and of the loop's."""
   weights = tf.constant(RNG.standard_normal([4, 2, 6, 5, 3]), tf.float32)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(IMAGES)
     actual = tf.reduce_sum(weights * vectorize.pfor(body, 4, fallback_to_while_loop=False))
     expected = tf.reduce_sum(weights * tf.stack([body(i) for i in range(4)]))
-  np.testing.assert_allclose(*[tf.convert_to_tensor(tape.gradient(y, IMAGES))
-                               for y in (actual, expected)], rtol=1e-5, atol=1e-5)
+  return [tf.convert_to_tensor(tape.gradient(y, IMAGES)) for y in (actual, expected)]
+
+
+def test_gradient_through_flips_read_by_the_transform_equals_the_loop():
+  np.testing.assert_allclose(
+      *_image_gradients(_flipped_then_rotated(FLIP_BODIES["rows-then-columns"])), rtol=1e-5,
+      atol=1e-5)
 
 
 FACTORS = tf.constant(RNG.uniform(0.5, 1.5, [4]), tf.float32)
@@ -346,3 +358,39 @@ def test_gradient_through_a_scaled_difference_equals_the_loop():
   for source in (IMAGES, FACTORS):
     np.testing.assert_allclose(*[tf.convert_to_tensor(tape.gradient(y, source))
                                  for y in (actual, expected)], rtol=1e-5, atol=1e-6)
+
+
+def _flipped(axis, reversed_first=True, invariant_flag=False, stacked_image=True):
+  """Per iteration: an image or its reverse along `axis`, as Keras RandomFlip picks."""
+  def body(i):
+    x = tf.gather(IMAGES, i) if stacked_image else IMAGES[0]
+    flag = tf.constant(True) if invariant_flag else FLIPS[i, 0]
+    return _where_flip(x, axis, flag, reversed_first)
+  return body
+
+
+FLIPPED = {"columns": _flipped(2), "rows": _flipped(-3), "channels": _flipped(3),
+           "images": _flipped(0), "reverse-when-false": _flipped(2, reversed_first=False),
+           "invariant-flag": _flipped(2, invariant_flag=True),
+           "invariant-image": _flipped(1, stacked_image=False)}
+
+
+@pytest.mark.parametrize("name", sorted(FLIPPED))
+@pytest.mark.parametrize("mode", ["function", "dynamic", "eager", "xla"])
+def test_conditional_flip_equals_the_loop(name, mode):
+  body = FLIPPED[name]
+  for n in (4, 0):
+    np.testing.assert_array_equal(testing.run_pfor(body, n, mode=mode),
+                                  testing.sequential(body, n, testing.output_spec(body)))
+
+
+def test_conditional_flip_is_one_compiled_pass():
+  assert "ReverseV2" not in _live_types(FLIPPED["columns"], 4)
+  assert len([f for f in _live_calls(FLIPPED["columns"]) if "_compiled_flip" in f]) == 1
+  two_flags = lambda i: tf.where(FLIPS[i][:, None, None, None], tf.reverse(IMAGES[i], [2]),
+                                 IMAGES[i])                         # one flag per image
+  assert "ReverseV2" in _live_types(two_flags, 4)
+
+
+def test_gradient_through_a_conditional_flip_equals_the_loop():
+  np.testing.assert_array_equal(*_image_gradients(FLIPPED["columns"]))
