@@ -28,6 +28,8 @@ import math
 
 import tensorflow as tf
 
+from vectorize.compiled_calls import compiled_on_cpu
+
 
 _MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
 _KEY_STEPS = (0x9E3779B9, 0xBB67AE85)
@@ -59,8 +61,7 @@ def block(counter, key):
   one shape, the key words broadcasting to it).
 
   The two multiplied words and the two others travel as pairs (`[2] + shape` uint64 holding
-  32-bit values), so a round is 8 ops instead of 16 and a draw's graph is a third as big
-  (each tf.data iterator runs Grappler over its map function's whole graph when it starts).
+  32-bit values), so a round is 8 ops instead of 16.
   """
   c0, c1, c2, c3 = counter
   rank = c0.shape.rank
@@ -86,6 +87,11 @@ def block(counter, key):
   return c0, c1, c2, c3
 
 
+# On the CPU outside XLA, the key and the words are XLA-compiled calls (integer arithmetic:
+# the same bits). Each tf.data iterator start runs Grappler over its map function's whole
+# graph, and unrolled, two Philox blocks per sampler were most of an augmentation
+# pipeline's nodes (Keras RandomFlip: 426 nodes, 245 with compiled blocks, 134 so).
+@compiled_on_cpu
 def key_counter_from_seed(seed, xla=False):
   """`[n, 2]` int32/int64 seeds -> (key `[n, 1]` uint64, counter `[n, 2]` uint64)."""
   if xla:   # the low 32 bits, zero-extended
@@ -99,6 +105,7 @@ def key_counter_from_seed(seed, xla=False):
   return key, counter
 
 
+@compiled_on_cpu
 def words(key, counter, count):
   """`[n, count]` uint32: the first `count` words of each iteration's stream (count a scalar,
   at least the words needed; rounded up to whole blocks inside)."""
