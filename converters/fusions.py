@@ -14,6 +14,7 @@ dead code, pruned when the graph runs.
 import numpy as np
 import tensorflow as tf
 
+from vectorize import compiled_calls
 from vectorize import graph_io
 from vectorize import options
 from vectorize.values import Value, align_ranks, merge_leading, split_leading, stack, stacked
@@ -256,8 +257,8 @@ def _conditional_flip(op, t, axes=(-3, -2)):
   return None
 
 
-@tf.function(jit_compile=True)
-def _compiled_scaled_sum(a, b, factor, subtract):
+@compiled_calls.compiled_on_cpu
+def _scaled_sum(a, b, factor, subtract):
   return ((a - b) if subtract else (a + b)) * factor
 
 
@@ -280,9 +281,8 @@ def scaled_difference(op):
       continue
     a, b, factor = align_ranks([a, b, op.value(1 - k)])
     if (_broadcasts_inside([a.shape, b.shape], [a.shape, b.shape, factor.shape]) and
-        op.attr("T") in (tf.float32, tf.float64) and not options.compiled_by_xla() and
-        not tf.config.list_logical_devices("GPU")):
-      return stacked(_compiled_scaled_sum(a, b, factor, t.op.type == "Sub"))
+        op.attr("T") in (tf.float32, tf.float64) and not options.compiled_by_xla()):
+      return stacked(_scaled_sum(a, b, factor, t.op.type == "Sub"))
   return None
 
 
@@ -303,8 +303,8 @@ def _broadcasts_inside(operands, shapes):
   return False
 
 
-@tf.function(jit_compile=True)
-def _compiled_flip(x, flag, axis):
+@compiled_calls.compiled_on_cpu
+def _flip(x, flag, axis):
   flag = tf.reshape(flag, tf.concat([[-1], tf.ones([tf.rank(x) - 1], tf.int32)], 0))
   return tf.where(flag, tf.reverse(x, [axis]), x)
 
@@ -316,8 +316,8 @@ def conditional_flip(op):
   of `[h, w, 3]` images, a small axis after the reversed one, goes element by element: at
   batch 128 of 64x64x3 images the two took about 4x the time of the compiled pass."""
   flip = _conditional_flip(op, op.op.outputs[0], axes=None)
-  if flip is None or options.compiled_by_xla() or tf.config.list_logical_devices("GPU"):
+  if flip is None or options.compiled_by_xla():
     return None
   x, axis, flag = flip
   x = op.converted(x)
-  return None if x is None else stacked(_compiled_flip(stack(x, op.ctx.n), flag, axis))
+  return None if x is None else stacked(_flip(stack(x, op.ctx.n), flag, axis))

@@ -93,7 +93,7 @@ def _compiled_transform(op, folded, transforms, kernel, b):
     m = tf.shape(images)[0]
     out = projective.transform(images, tf.broadcast_to(transforms, tf.stack([m, 8])), shape,
                                tf.broadcast_to(fill, tf.reshape(m, [1])), interpolation,
-                               fill_mode, *flips, compiled=True)
+                               fill_mode, *flips)
     return out, lambda upstream: tf.gradients(
         kernel(projective.flipped(images, *flips)), images, upstream)[0]
 

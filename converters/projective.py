@@ -11,6 +11,7 @@ are combined in the kernel's order. Checked against the kernel on CPU
 
 import tensorflow as tf
 
+from vectorize import compiled_calls
 from vectorize.errors import Unvectorizable
 
 _BORDER = 2
@@ -71,24 +72,23 @@ def flipped(images, flip_rows, flip_columns):
 
 
 def transform(images, transforms, output_shape, fill, interpolation, fill_mode,
-              flip_rows=None, flip_columns=None, compiled=False):
+              flip_rows=None, flip_columns=None):
   """The kernel's output for `[m, h, w, c]` float32 images, `[m, 8]` transforms, a static
   `[out_h, out_w]`, one fill value per image (`[m]`). `flip_rows` / `flip_columns` (`[m]`
   bool, optional): the transform of those images flipped first, by reading mirrored pixels
-  (the same pixels, so the same values as flipping them). `compiled`: each of the two
-  stages (per output pixel, then per channel) as its own XLA-compiled call, for a caller
-  outside XLA. In one computation XLA fuses the per-pixel arithmetic (the fill mode's
-  folding, several selects) into the reads, once per channel and neighbour: at batch 128
-  of 64x64x3 images that took about twice the time."""
+  (the same pixels, so the same values as flipping them). On the CPU outside XLA each of
+  the two stages (per output pixel, then per channel) is its own XLA-compiled call: in one
+  computation XLA fuses the per-pixel arithmetic (the fill mode's folding, several selects)
+  into the reads, once per channel and neighbour, which at batch 128 of 64x64x3 images took
+  about twice the time."""
   if (images.dtype != tf.float32 or fill_mode not in MODES or
       not images.shape[1:].is_fully_defined()):
     raise Unvectorizable("the projective transform in TF ops takes float32 images of known "
                          "size and fill modes " + ", ".join(MODES))
-  per_pixel, reads = (_compiled_sources, _compiled_reads) if compiled else (_sources, _reads)
   nearest = interpolation == "NEAREST"
-  sources = per_pixel(transforms, tuple(images.shape[1:3]), tuple(output_shape), fill_mode,
+  sources = _sources(transforms, tuple(images.shape[1:3]), tuple(output_shape), fill_mode,
                       nearest, flip_rows, flip_columns)
-  return reads(images, fill, sources, _steps(images.shape[2], flip_rows, flip_columns),
+  return _reads(images, fill, sources, _steps(images.shape[2], flip_rows, flip_columns),
                nearest)
 
 
@@ -100,6 +100,7 @@ def _steps(w, flip_rows, flip_columns):
   return right, below if flip_rows is None else tf.where(flip_rows, -below, below)
 
 
+@compiled_calls.compiled_on_cpu
 def _sources(transforms, size, output_shape, fill_mode, nearest, flip_rows, flip_columns):
   """Per output pixel (`[m, oh, ow]` each): its source coordinates in the image, the row of
   the framed images that it reads (bilinear: its top left neighbour), and whether the
@@ -130,6 +131,7 @@ def _sources(transforms, size, output_shape, fill_mode, nearest, flip_rows, flip
   return in_x, in_y, first + (row + _BORDER) * stride + column + _BORDER, unprojected
 
 
+@compiled_calls.compiled_on_cpu
 def _reads(images, fill, sources, steps, nearest):
   """The output `[m, oh, ow, c]` from the framed images' rows that `sources` names (and
   their neighbours, `steps` on): bilinear weights combined in the kernel's order; the fill
@@ -150,7 +152,3 @@ def _reads(images, fill, sources, steps, nearest):
     out = weight(y0 + 1 - in_y) * top + weight(in_y - y0) * bottom
   fill = tf.reshape(fill, [-1, 1, 1, 1])
   return tf.where(unprojected[..., None], fill, out)
-
-
-_compiled_sources = tf.function(_sources, jit_compile=True)
-_compiled_reads = tf.function(_reads, jit_compile=True)

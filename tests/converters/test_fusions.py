@@ -289,7 +289,7 @@ def test_flips_read_by_the_transform_run_no_reverse():
   flip = FLIP_BODIES["rows-then-columns"]
   assert not [f for f in _live_calls(_flipped_then_rotated(flip)) if "flip" in f]
   written_out = _live_calls(_flipped_then_rotated(flip, blocked=True))
-  assert len([f for f in written_out if "_compiled_flip" in f]) == 2
+  assert len([f for f in written_out if "__flip_" in f]) == 2
 
 
 def _image_gradients(body):
@@ -386,7 +386,7 @@ def test_conditional_flip_equals_the_loop(name, mode):
 
 def test_conditional_flip_is_one_compiled_pass():
   assert "ReverseV2" not in _live_types(FLIPPED["columns"], 4)
-  assert len([f for f in _live_calls(FLIPPED["columns"]) if "_compiled_flip" in f]) == 1
+  assert len([f for f in _live_calls(FLIPPED["columns"]) if "__flip_" in f]) == 1
   two_flags = lambda i: tf.where(FLIPS[i][:, None, None, None], tf.reverse(IMAGES[i], [2]),
                                  IMAGES[i])                         # one flag per image
   assert "ReverseV2" in _live_types(two_flags, 4)
