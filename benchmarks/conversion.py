@@ -2,16 +2,24 @@
 
   python -m benchmarks.conversion --suite=linear,map_fn --batch=128 --rounds=5
 
-Conversion is what the suite's table reports: a form's first call (tracing, conversion, the
-runtime's graph optimization and first run) minus a steady call. Hand-batched code pays the
-same kind of first-call cost with nothing to convert (tracing the job, optimizing and
-starting its graph), so it is printed beside, with each pfor's cost beyond it. vectorize's
-own part (tracing the body and the walker) is timed inside the first call.
+Two measures, side by side:
+- "first call": what the suite's table reports, a form's first call (tracing, conversion,
+  the runtime's graph optimization and first run) minus a steady call; the ratio vectorize /
+  TF pfor per round, then the median.
+- "added": the same cost beyond hand-batched code's. Hand-batched code pays the same kind of
+  first-call cost with nothing to convert (tracing the caller, optimizing and starting its
+  graph), so (vectorize - hand) / (TF pfor - hand) is the cost each pfor adds; taken as the
+  ratio of the medians over rounds of the per-round differences (a per-round ratio swings
+  wildly where TF pfor's part is small).
+vectorize's own part (tracing the body and the walker) is timed inside the first call.
 
 Each round builds every form anew, calls hand-batched and the loop first (as the suite does:
 that warms autograph's cache of the user's code), then both pfors back to back, their order
-alternating; ratios are taken within a round, then the median. Seconds are CPU seconds of
-this process (all its threads), which a loaded machine disturbs less than wall time.
+alternating. Warm-up rounds come first and are not counted: the runtime keeps some first-run
+costs per process and kernel shape (oneDNN primitives of a convolution, say), which the
+first form to run a shape pays for the others; after them, each form pays only its own.
+Seconds are CPU seconds of this process (all its threads), which a loaded machine disturbs
+less than wall time.
 """
 
 import collections
@@ -33,6 +41,7 @@ from benchmarks import workloads
 from vectorize import trace
 from vectorize import walker
 
+flags.DEFINE_integer("warmup_rounds", 1, "rounds run before the counted ones (0: none)")
 FLAGS = flags.FLAGS
 
 _PFORS = (wl.VECTORIZE, wl.TF_PFOR)
@@ -75,11 +84,13 @@ def first_call_cost(fn):
   return first - min(steady)
 
 
-def measure(workload, batch, num_rounds, own):
-  """{form or 'own': [CPU seconds per round]}: conversion costs of hand-batched and both
-  pfors, and vectorize's own part of its conversion."""
+def measure(workload, batch, num_rounds, own, warmup_rounds=0):
+  """{form or 'own': [CPU seconds per counted round]}: conversion costs of hand-batched and
+  both pfors, and vectorize's own part of its conversion."""
   costs = {form: [] for form in (wl.HAND,) + _PFORS + ("own",)}
-  for k in range(num_rounds):
+  for k in range(warmup_rounds + num_rounds):
+    if k == warmup_rounds:
+      costs = {form: [] for form in costs}
     forms = workload.build(batch, False)
     costs[wl.HAND].append(first_call_cost(tf.function(forms[wl.HAND])))
     tf.function(forms[wl.LOOP])()
@@ -89,9 +100,16 @@ def measure(workload, batch, num_rounds, own):
       costs[form].append(first_call_cost(fn))
       if form == wl.VECTORIZE:
         costs["own"].append(sum(own.seconds.values()))
-      if k == 0:
+      if k == warmup_rounds:
         print(f"    {form}: {timing.count_ops(fn)} ops", flush=True)
   return {form: np.array(c) for form, c in costs.items()}
+
+
+def added_ratio(costs):
+  """(vectorize - hand) / (TF pfor - hand): medians over rounds of the per-round differences;
+  nan where TF pfor adds nothing measurable (under a millisecond)."""
+  v, t = (np.median(costs[f] - costs[wl.HAND]) for f in (wl.VECTORIZE, wl.TF_PFOR))
+  return v / t if t > 1e-3 else float("nan")
 
 
 def main(argv):
@@ -101,21 +119,30 @@ def main(argv):
   runner._warm_up()   # pylint: disable=protected-access
   names = FLAGS.suite or [w.name for w in workloads.ALL]
   print(f"load {os.getloadavg()[0]:.1f}; CPU seconds, medians of rounds", flush=True)
+  summary = []
   for workload in [w for w in workloads.ALL if w.name in names]:
     if wl.TF_PFOR in workload.crashes:
       continue
     print(f"  {workload.name} batch {FLAGS.batch}:", flush=True)
     try:
-      c = measure(workload, FLAGS.batch, FLAGS.rounds or 5, own)
+      c = measure(workload, FLAGS.batch, FLAGS.rounds or 5, own, FLAGS.warmup_rounds)
     except Exception as e:  # pylint: disable=broad-except
       print(f"    fails: {type(e).__name__}: {str(e)[:200]}", flush=True)
       continue
     v, t, h = c[wl.VECTORIZE], c[wl.TF_PFOR], c[wl.HAND]
-    beyond = (v - h) / np.maximum(t - h, 1e-3)
-    print(f"    vectorize {np.median(v):.3f} s (own {np.median(c['own']):.3f}), tf pfor "
-          f"{np.median(t):.3f} s, hand-batched {np.median(h):.3f} s; vectorize / tf pfor "
-          f"{np.median(v / t):.2f} (rounds {np.round(v / t, 2).tolist()}), beyond "
-          f"hand-batched {np.median(beyond):.2f}; load {os.getloadavg()[0]:.1f}", flush=True)
+    row = (workload.name, np.median(h), np.median(v), np.median(t), np.median(c["own"]),
+           np.median(v / t), np.median(v - h), np.median(t - h), added_ratio(c))
+    summary.append(row)
+    print(f"    first call: vectorize {row[2]:.3f} s (own {row[4]:.3f}), tf pfor {row[3]:.3f} s, "
+          f"hand-batched {row[1]:.3f} s; vectorize / tf pfor {row[5]:.2f} (rounds "
+          f"{np.round(v / t, 2).tolist()}); added beyond hand-batched: vectorize "
+          f"{row[6]:.3f} s, tf pfor {row[7]:.3f} s, ratio {row[8]:.2f}; load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+  print("\n| workload | hand | vectorize | tf pfor | vectorize own | first call v/t | "
+        "added v | added t | added v/t |\n|---|---|---|---|---|---|---|---|---|")
+  for name, h, v, t, own_part, first_ratio, added_v, added_t, added in summary:
+    print(f"| {name} | {h:.3f} | {v:.3f} | {t:.3f} | {own_part:.3f} | {first_ratio:.2f} | "
+          f"{added_v:.3f} | {added_t:.3f} | {added:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
