@@ -123,6 +123,9 @@ def _record_on_tapes(op):
 _constants = weakref.WeakKeyDictionary()
 _CACHED_CONSTANT_SIZE = 64
 _SHARED_DTYPES = (tf.int32.as_datatype_enum, tf.int64.as_datatype_enum)
+# What `constant` shares: integers, and floats (the 1 of `1 - y` in a gradient's factor).
+_SHAREABLE_DTYPES = _SHARED_DTYPES + tuple(
+    d.as_datatype_enum for d in (tf.float16, tf.float32, tf.float64))
 
 
 def constant(value, dtype=tf.int32):
@@ -136,7 +139,7 @@ def constant(value, dtype=tf.int32):
   graph = tf_ops.get_default_graph()
   array = np.asarray(value, dtype.as_numpy_dtype)
   if (tf.executing_eagerly() or array.size > _CACHED_CONSTANT_SIZE or
-      dtype.as_datatype_enum not in _SHARED_DTYPES or
+      dtype.as_datatype_enum not in _SHAREABLE_DTYPES or
       graph._get_control_flow_context() is not None):  # pylint: disable=protected-access
     return tf.constant(array, dtype)
   key = (dtype, array.shape, array.tobytes())
@@ -158,10 +161,11 @@ def constant(value, dtype=tf.int32):
 
 
 def copy_small_constant(op):
-  """The value of Const `op` as a shared `constant`, if it is a small integer one, else None.
-  (Bodies repeat shape and axis constants: an unrolled loop has one set per step.)"""
+  """The value of Const `op` as a shared `constant`, if it is a small integer or float one,
+  else None. (Bodies repeat shape and axis constants, and a gradient's scalars: an unrolled
+  loop has one set per step.)"""
   proto = op.get_attr("value")
-  if proto.dtype not in _SHARED_DTYPES:
+  if proto.dtype not in _SHAREABLE_DTYPES:
     return None
   num = 1
   for d in proto.tensor_shape.dim:
@@ -227,6 +231,38 @@ def concat(tensors, axis):
 def pack(tensors, axis=0):
   return emit("Pack", list(tensors), {"N": _int(len(tensors)), "T": _type(tensors[0].dtype),
                                       "axis": _int(axis)}).outputs[0]
+
+
+def binary(op_type, x, y):
+  """`op_type`, an elementwise op of two inputs of one dtype ("Mul", "Sub", "AddV2", ...),
+  on tensors or Python numbers; a number becomes a shared constant of the other's dtype."""
+  if _is_number(x):
+    x = constant(x, y.dtype)
+  if _is_number(y):
+    y = constant(y, x.dtype)
+  return emit(op_type, [x, y], {"T": _type(x.dtype)}).outputs[0]
+
+
+def _is_number(value):
+  return isinstance(value, (int, float, np.number))
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+  """`tf.linalg.matmul` of real matrices, or of batches of them of one rank (no
+  broadcasting of a matrix against a batch: that goes through TF's layer)."""
+  rank = a.shape.rank
+  if a.dtype.is_complex or rank is None or rank != b.shape.rank or rank < 2:
+    return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+  if rank == 2:
+    return emit("MatMul", [a, b], {"T": _type(a.dtype), "transpose_a": _bool(transpose_a),
+                                   "transpose_b": _bool(transpose_b)}).outputs[0]
+  return emit("BatchMatMulV3", [a, b], {
+      "Ta": _type(a.dtype), "Tb": _type(b.dtype), "Tout": _type(a.dtype),
+      "adj_x": _bool(transpose_a), "adj_y": _bool(transpose_b)}).outputs[0]
+
+
+def _bool(value):
+  return attr_value_pb2.AttrValue(b=bool(value))
 
 
 def copy_op(op, inputs):
