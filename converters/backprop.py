@@ -15,6 +15,7 @@ MaxPoolGrad in `nn.py`); this module holds the tricks.
 import tensorflow as tf
 
 from converters import fusions
+from vectorize import graph_io
 from vectorize import values
 from vectorize.family import fold_into_batch, unless_empty
 from vectorize.values import stacked
@@ -45,12 +46,20 @@ def relu_grad(op):
 
 def sigmoid_grad(op):
   """dy * y * (1 - y), the factor computed once from the invariant y."""
-  return _scaled(op, 0, 1, lambda y: y * (1 - y)) or _rebuilt(op)
+  return _scaled(op, 0, 1, lambda y: _mul(y, _sub(1, y))) or _rebuilt(op)
 
 
 def tanh_grad(op):
   """dy * (1 - y^2), the factor computed once from the invariant y."""
-  return _scaled(op, 0, 1, lambda y: 1 - y * y) or _rebuilt(op)
+  return _scaled(op, 0, 1, lambda y: _sub(1, _mul(y, y))) or _rebuilt(op)
+
+
+def _mul(x, y):
+  return graph_io.binary("Mul", x, y)
+
+
+def _sub(x, y):
+  return graph_io.binary("Sub", x, y)
 
 
 def max_pool_grad(op):

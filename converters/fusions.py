@@ -33,9 +33,9 @@ def sum_of_matmuls(op):
   if any(v is None or not v.stacked for pair in operands for v in pair):
     return None
   # Per-iteration contracted axes: a's rows if transposed else its columns; b's the other way.
-  a = tf.concat([pair[0].tensor for pair in operands], axis=1 if transpose_a else 2)
-  b = tf.concat([pair[1].tensor for pair in operands], axis=2 if transpose_b else 1)
-  return stacked(tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
+  a = graph_io.concat([pair[0].tensor for pair in operands], axis=1 if transpose_a else 2)
+  b = graph_io.concat([pair[1].tensor for pair in operands], axis=2 if transpose_b else 1)
+  return stacked(graph_io.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
 
 
 def sum_of_slice_gradients(op):
@@ -74,7 +74,7 @@ def sum_of_slice_gradients(op):
   if any(v is None for v in terms):
     return None
   ordered = [stack(terms[indices.index(t)], op.ctx.n) for t in range(len(indices))]
-  return stacked(tf.stack(ordered, axis=axis + 1))
+  return stacked(graph_io.pack(ordered, axis=axis + 1))
 
 
 def scaled_base(op, k):
@@ -101,9 +101,9 @@ def scaled(base, factors):
   """`base * factors[0] * factors[1] * ...` as one stacked product (the factors invariant)."""
   factor = factors[0].tensor
   for f in factors[1:]:
-    factor = factor * f.tensor
+    factor = graph_io.binary("Mul", factor, f.tensor)
   base, factor = align_ranks([base, Value(factor, False)])
-  return stacked(base * factor)
+  return stacked(graph_io.binary("Mul", base, factor))
 
 
 def product_chain(op):
@@ -151,7 +151,7 @@ def columns_of_product(op):
 
   part = graph_io.slice_(b.tensor, along_b(first, 0), along_b(count, -1))
   n = op.ctx.n
-  x = tf.matmul(merge_leading(a.tensor), part, transpose_b=transpose_b)
+  x = graph_io.matmul(merge_leading(a.tensor), part, transpose_b=transpose_b)
   return stacked(split_leading(x, n, rows))
 
 
