@@ -8,9 +8,16 @@ holds one call node. Where the graph is compiled by XLA already, or runs on a GP
 function is emitted as plain ops (XLA, or the GPU's kernels, take it with the rest).
 """
 
+import functools
+
 import tensorflow as tf
 
 from vectorize import options
+
+
+@functools.lru_cache(maxsize=None)
+def _has_gpu():
+  return bool(tf.config.list_logical_devices("GPU"))
 
 
 def compiled_on_cpu(fn):
@@ -21,7 +28,7 @@ def compiled_on_cpu(fn):
   compiled = tf.function(fn, jit_compile=True, autograph=False)
 
   def call(*args, **kwargs):
-    if options.compiled_by_xla() or tf.config.list_logical_devices("GPU"):
+    if options.compiled_by_xla() or _has_gpu():
       return fn(*args, **kwargs)
     return compiled(*args, **kwargs)
 

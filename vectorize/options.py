@@ -21,6 +21,16 @@ _options = _Options()
 
 
 @contextlib.contextmanager
+def _setting(name, value):
+  """Sets option `name` to `value` within the block, then restores it."""
+  previous = getattr(_options, name)
+  setattr(_options, name, value)
+  try:
+    yield
+  finally:
+    setattr(_options, name, previous)
+
+
 def static_shapes(enabled=True):
   """Within this block, pfor converts control flow with static shapes (masks, no gathers).
 
@@ -31,15 +41,9 @@ def static_shapes(enabled=True):
     >>> with vectorize.static_shapes():
     ...   y = vectorize.pfor(body, 8)
   """
-  previous = _options.static_shapes
-  _options.static_shapes = enabled
-  try:
-    yield
-  finally:
-    _options.static_shapes = previous
+  return _setting("static_shapes", enabled)
 
 
-@contextlib.contextmanager
 def masked_control_flow():
   """Within this block, pfor converts control flow with masks, shapes staying dynamic.
 
@@ -47,12 +51,7 @@ def masked_control_flow():
   loop converts, and a partitioned inner conditional or loop would give every outer
   iteration parts of their own sizes, which its gathers and stitches cannot take.
   """
-  previous = _options.masked_control_flow
-  _options.masked_control_flow = True
-  try:
-    yield
-  finally:
-    _options.masked_control_flow = previous
+  return _setting("masked_control_flow", True)
 
 
 def masked_control_flow_wanted():
