@@ -81,6 +81,15 @@ def _convert_identity(op):
   return ragged.same_rows(op.rebuild([rows.values])[0], rows)
 
 
+@ragged.register("BiasAdd")
+def _convert_bias_add(op):
+  """The channel axis keeps its index in the flat values, in either data format."""
+  if op.is_stacked(1):
+    raise Unvectorizable("a per-iteration bias added to a value of per-iteration size")
+  rows = op.value(0).tensor
+  return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
+
+
 ragged.register("Tile")(tile_per_iteration)
 
 
@@ -139,6 +148,22 @@ def _convert_reduction(op):
   if keep_dims:
     out = tf.expand_dims(out, 1)
   return stacked(out)
+
+
+@ragged.register("Softmax", "LogSoftmax")
+def _convert_softmax(op):
+  """Over a later axis: on the flat values. Over the ragged axis itself (a vector of
+  per-iteration length, attention weights over a sequence): normalized per iteration."""
+  rows = op.value(0).tensor
+  x = rows.values
+  if values.rank(x) > 1:
+    return ragged.same_rows(op.rebuild([x])[0], rows)
+  shifted = x - tf.gather(_segment_reduce("Max", x, rows.row_ids, op.ctx.n), rows.row_ids)
+  totals = tf.gather(_segment_reduce("Sum", tf.exp(shifted), rows.row_ids, op.ctx.n),
+                     rows.row_ids)
+  if op.type == "LogSoftmax":
+    return ragged.same_rows(shifted - tf.math.log(totals), rows)
+  return ragged.same_rows(tf.exp(shifted) / totals, rows)
 
 
 def _mean(sums, count):
@@ -636,6 +661,30 @@ def _gather_rows(op, rows, indices):
   offset = values.expand_after_loop_axis(tf.cast(starts, index.dtype), rank)
   with tf.control_dependencies([_index_check(op, index, limit)]):
     return stacked(tf.gather(rows.values, index + offset))
+
+
+# ----------------------------------------------------------------------------- matmul
+
+@ragged.register("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+def _convert_matmul(op):
+  """A ragged left operand's rows times a right matrix (a Dense layer on a sequence of
+  per-example length): one matmul on the flat rows. The right matrix, invariant, is used as
+  is; stacked, each flat row meets its iteration's matrix."""
+  x, y = op.value(0), op.value(1)
+  transpose_x = op.attr("transpose_a") if op.type == "MatMul" else op.attr("adj_x")
+  transpose_y = op.attr("transpose_b") if op.type == "MatMul" else op.attr("adj_y")
+  if not ragged.is_ragged(x) or ragged.is_ragged(y) or transpose_x:
+    raise Unvectorizable("a matmul that sums over the axis of per-iteration size")
+  rows = x.tensor
+  if values.rank(rows.values) != 2 or values.rank(y.tensor) != 2 + y.stacked:
+    raise Unvectorizable("a batched matmul of a value of per-iteration size")
+  if y.dtype.is_complex and transpose_y and op.type != "MatMul":
+    y = values.Value(tf.math.conj(y.tensor), y.stacked)
+  if not y.stacked:
+    return ragged.same_rows(tf.matmul(rows.values, y.tensor, transpose_b=transpose_y), rows)
+  matrices = tf.gather(y.tensor, rows.row_ids)                  # [total, k, p]
+  product = tf.matmul(rows.values[:, None, :], matrices, transpose_b=transpose_y)
+  return ragged.same_rows(product[:, 0, :], rows)
 
 
 # ----------------------------------------------------------------------------- sparse

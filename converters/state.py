@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from converters import recurrences
 from vectorize import graph_io
+from vectorize import ragged
 from vectorize import values
 from vectorize import walker
 from vectorize.errors import ConversionError, Unvectorizable
@@ -265,6 +266,17 @@ def _convert_resource_gather(op):
   out_rank = values.rank(gathered)
   to_front = [batch_dims] + list(range(batch_dims)) + list(range(batch_dims + 1, out_rank))
   return stacked(tf.transpose(gathered, to_front))
+
+
+@ragged.register("ResourceGather")
+def _convert_resource_gather_ragged(op):
+  """Indices of per-iteration length (an embedding lookup of a token sequence): one gather
+  of the flat indices."""
+  _check_read(op)
+  if op.attr("batch_dims") != 0:
+    raise Unvectorizable("gather with batch_dims at indices of per-iteration size")
+  rows = op.value(1).tensor
+  return ragged.same_rows(op.rebuild([op.invariant(0), rows.values])[0], rows)
 
 
 @register("ResourceGatherNd")

@@ -22,6 +22,8 @@ XI = tf.constant([[1, 2, 1, 3], [4, 4, 4, 4], [1, 2, 3, 4], [0, 0, 1, 0], [5, 1,
 TABLE = tf.constant([10., 20., 30., 40., 50., 60.])
 W = tf.constant(0.5)
 STRINGS = tf.constant(["a bc d", "", "ef", "g h i j", "kbk b"])
+W32 = tf.constant([[0.5, -1.], [2., 0.25], [-0.75, 1.5]])
+EMBEDDINGS = tf.Variable(tf.reshape(tf.range(15, dtype=tf.float32) * 0.1 - 0.7, [5, 3]))
 
 
 def _positive(i):
@@ -142,6 +144,16 @@ BODIES = {
     "gather_nd_invariant_params": lambda i: tf.gather_nd(M[0], tf.where(M[i] > 0)),
     "gather_nd_ragged_params": lambda i: tf.gather_nd(
         tf.range(LIMS[i]) * 2, tf.where(tf.range(LIMS[i]) % 2 == 0)),
+    "matmul_rows": lambda i: tf.matmul(_rows(i), W32),
+    "matmul_rows_transposed_weights": lambda i: tf.matmul(_rows(i), tf.transpose(W32),
+                                                          transpose_b=True),
+    "matmul_rows_per_iteration_weights": lambda i: tf.matmul(_rows(i), M[i], transpose_b=True),
+    "batch_matmul_rows": lambda i: tf.raw_ops.BatchMatMulV2(x=_rows(i), y=W32),
+    "bias_add": lambda i: tf.nn.bias_add(_rows(i), tf.constant([1., -2., 0.5])),
+    "softmax_later_axis": lambda i: tf.nn.softmax(_rows(i)),
+    "softmax_ragged_axis": lambda i: tf.nn.softmax(_positive(i)),
+    "log_softmax_ragged_axis": lambda i: tf.nn.log_softmax(_positive(i) * 3.),
+    "embedding_lookup": lambda i: tf.gather(EMBEDDINGS, XI[i][XI[i] < LIMS[i]]),
     "sparse_from_ragged": lambda i: tf.sparse.to_dense(
         tf.sparse.from_dense(tf.range(FOURS[i]) % 2), default_value=-1),
 }
@@ -287,3 +299,10 @@ def test_dynamic_partition_with_stacked_partitions_under_xla_checks_equal_counts
     np.testing.assert_array_equal(actual.numpy(), want.numpy())
   with pytest.raises(tf.errors.InvalidArgumentError):
     run(tf.constant([[0, 1, 1, 0], [1, 1, 0, 1], [1, 1, 0, 0]]))
+
+
+def test_matmul_over_the_ragged_axis_is_refused_and_falls_back():
+  body = lambda i: tf.matmul(_rows(i), _rows(i), transpose_a=True)
+  with pytest.raises(vectorize.ConversionError, match="sums over the axis of per-iteration"):
+    vectorize.pfor(body, N, fallback_to_while_loop=False)
+  assert_equal_to_loop(vectorize.pfor(body, N, warn=False), _reference(body, N))
