@@ -166,6 +166,32 @@ def _convert_softmax(op):
   return ragged.same_rows(tf.exp(shifted) / totals, rows)
 
 
+@ragged.register("TopKV2")
+def _convert_top_k(op):
+  """Along a later axis: on the flat values. Along the ragged axis (tf.sort, tf.argsort or
+  top_k of a vector of per-iteration length): all iterations ordered at once, by iteration
+  and then by value (both stable, so ties keep the lower index first, as the kernel does),
+  and each iteration's first k kept."""
+  rows = op.value(0).tensor
+  x = rows.values
+  if values.rank(x) > 1:
+    if op.is_stacked(1):
+      raise Unvectorizable("a per-iteration k along a later axis of a value of "
+                           "per-iteration size")
+    return [ragged.same_rows(t, rows) for t in op.rebuild([x, op.invariant(1)])]
+  k = tf.cast(op.value(1).tensor, tf.int32) + tf.zeros_like(rows.row_lengths)
+  fits = tf.debugging.Assert(tf.reduce_all(k <= rows.row_lengths), [
+      f"vectorize: {op.op.name}: k larger than the vector's size in some iteration"])
+  by_value = tf.argsort(x, direction="DESCENDING", stable=True)
+  order = tf.gather(by_value, tf.argsort(tf.gather(rows.row_ids, by_value), stable=True))
+  with tf.control_dependencies([fits]):
+    out = ragged.RaggedRows(x[:0], tf.identity(k))
+  source = tf.gather(order, tf.gather(rows.row_starts, out.row_ids) + out.positions)
+  index = tf.cast(tf.gather(rows.positions, source), op.op.outputs[1].dtype)
+  return [ragged.ragged(tf.gather(x, source), out.row_lengths),
+          ragged.ragged(index, out.row_lengths)]
+
+
 def _mean(sums, count):
   """Sums `[n] + rest` divided by their per-iteration count (a float divide by zero gives
   NaN, as the mean of nothing does)."""

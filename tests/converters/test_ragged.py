@@ -154,6 +154,13 @@ BODIES = {
     "softmax_ragged_axis": lambda i: tf.nn.softmax(_positive(i)),
     "log_softmax_ragged_axis": lambda i: tf.nn.log_softmax(_positive(i) * 3.),
     "embedding_lookup": lambda i: tf.gather(EMBEDDINGS, XI[i][XI[i] < LIMS[i]]),
+    "sort_ragged_axis": lambda i: tf.sort(_positive(i) - X[i, 0]),
+    "sort_ints_descending": lambda i: tf.sort(tf.boolean_mask(XI[i], XI[i] > 1),
+                                              direction="DESCENDING"),
+    "argsort_ragged_axis_ties": lambda i: tf.argsort(tf.range(LIMS[i]) % 2),
+    "top_k_ragged_axis": lambda i: tf.math.top_k(tf.range(LIMS[i] + 2) * (LIMS[i] % 2 - 1), 2),
+    "top_k_per_iteration_k": lambda i: tf.math.top_k(_positive(i), tf.size(_positive(i)) // 2),
+    "top_k_later_axis": lambda i: tf.math.top_k(_rows(i), 2),
     "sparse_from_ragged": lambda i: tf.sparse.to_dense(
         tf.sparse.from_dense(tf.range(FOURS[i]) % 2), default_value=-1),
 }
@@ -306,3 +313,9 @@ def test_matmul_over_the_ragged_axis_is_refused_and_falls_back():
   with pytest.raises(vectorize.ConversionError, match="sums over the axis of per-iteration"):
     vectorize.pfor(body, N, fallback_to_while_loop=False)
   assert_equal_to_loop(vectorize.pfor(body, N, warn=False), _reference(body, N))
+
+
+def test_top_k_beyond_an_iterations_size_is_an_error():
+  body = lambda i: tf.math.top_k(tf.range(LIMS[i]), 2).values
+  with pytest.raises(tf.errors.InvalidArgumentError, match="k larger than the vector"):
+    vectorize.pfor(body, N, fallback_to_while_loop=False)
