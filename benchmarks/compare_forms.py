@@ -1,0 +1,55 @@
+"""A few forms of one workload timed against each other over many interleaved rounds, without
+the suite's checks, loop form and tables: for re-measuring one cell of the table.
+
+  python -m benchmarks.compare_forms --workload jacobian_vgg --rounds 21
+  python -m benchmarks.compare_forms --workload per_example_lstm --xla --forms vectorize,"tf pfor"
+
+Prints, for each form, its median wall and CPU milliseconds, and the median within-round
+ratio of each form to the first, in wall and CPU time, with the load average before and after.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+
+from benchmarks import measure
+from benchmarks import timing
+from benchmarks import workloads
+
+flags.DEFINE_string("workload", "jacobian_vgg", "workload name")
+flags.DEFINE_integer("batch", 128, "batch size")
+flags.DEFINE_list("forms", ["hand-batched", "vectorize", "tf pfor"],
+                  "forms to time; ratios are to the first")
+flags.DEFINE_bool("xla", False, "time the XLA forms instead")
+flags.DEFINE_integer("rounds", 15, "interleaved rounds")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  print("load before:", os.getloadavg())
+  workload = next(w for w in workloads.ALL if w.name == FLAGS.workload)
+  fns = measure.functions(workload, FLAGS.batch, FLAGS.xla)
+  labels = [f + measure.XLA if FLAGS.xla else f for f in FLAGS.forms]
+  forms = {label: fns[label] for label in labels}
+  for fn in forms.values():
+    timing.run(fn)
+  calls = {label: timing.calls_for(min(timing.seconds(fn) for _ in range(2)))
+           for label, fn in forms.items()}
+  cpu = {}
+  wall = timing.rounds(forms, FLAGS.rounds, calls, cpu)
+  base = labels[0]
+  for label in labels:
+    print(f"{label:22s} wall {1e3 * np.median(wall[label]):8.1f} ms  "
+          f"CPU {1e3 * np.median(cpu[label]):8.1f} ms  "
+          f"/ {base}: wall {timing.median_ratio(wall[label], wall[base]):.3f}  "
+          f"CPU {timing.median_ratio(cpu[label], cpu[base]):.3f}")
+  print("load after:", os.getloadavg())
+
+
+if __name__ == "__main__":
+  app.run(main)
