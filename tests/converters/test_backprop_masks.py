@@ -31,3 +31,28 @@ def test_masks_combine_into_one_select():
   graph = tf.function(lambda: vectorize.pfor(_relu_pool_gradient, 5)
                       ).get_concrete_function().graph
   assert "LogicalAnd" in testing.all_op_types(graph)
+
+
+_FEATURES = tf.constant([[-1.0, 2.0, 0.0, 3.0, -0.5]])
+_RELU_COTANGENTS = tf.constant([[[np.inf, 1.0, -2.0, np.nan, -4.0]],
+                                [[1.0, -np.inf, 5.0, -6.0, 7.0]],
+                                [[-1.0, 2.0, np.inf, 4.0, -np.inf]]])
+
+
+def _relu_gradient(i):
+  return tf.raw_ops.ReluGrad(gradients=_RELU_COTANGENTS[i], features=_FEATURES)
+
+
+@pytest.mark.parametrize("mode", ["function", "eager", "xla", "dynamic"])
+def test_relu_gradient_of_infinite_cotangents_equals_the_loop(mode):
+  """The kernel multiplies by the mask: an infinite cotangent where features <= 0 is NaN."""
+  testing.check_against_loop(_relu_gradient, 3, mode=mode)
+
+
+def test_relu_gradient_alone_multiplies_by_a_mask():
+  graph = tf.function(lambda: vectorize.pfor(_relu_gradient, 3)).get_concrete_function().graph
+  ops = testing.all_ops(graph)
+  assert "ReluGrad" not in [op.type for op in ops]
+  masks = [op for op in ops if op.type == "Greater"]
+  assert [c.type for m in masks for c in m.outputs[0].consumers()] == ["Cast"]
+  assert [c.type for c in masks[0].outputs[0].consumers()[0].outputs[0].consumers()] == ["Mul"]
