@@ -21,7 +21,13 @@ from vectorize.values import Value, align_ranks, merge_leading, split_leading, s
 
 
 def sum_of_matmuls(op):
-  """One batch matmul for AddN of MatMuls with equal flags and stacked operands, or None."""
+  """One batch matmul for AddN of MatMuls with equal flags and stacked operands, or None.
+
+  Under XLA a sum of outer products (each term contracting one row: a per-example weight
+  gradient) is left as it is: XLA turns each product into a multiply and fuses their sum into
+  one pass that writes the result once, 0.9x the time of the one batch matmul, whose
+  contraction of depth T is slow (per_example_lstm).
+  """
   producers = [t.op for t in op.op.inputs]
   if len(producers) < 2 or any(p.type != "MatMul" for p in producers):
     return None
@@ -33,7 +39,11 @@ def sum_of_matmuls(op):
   if any(v is None or not v.stacked for pair in operands for v in pair):
     return None
   # Per-iteration contracted axes: a's rows if transposed else its columns; b's the other way.
-  a = graph_io.concat([pair[0].tensor for pair in operands], axis=1 if transpose_a else 2)
+  contracted = 1 if transpose_a else 2
+  if options.compiled_by_xla() and all(pair[0].tensor.shape[contracted] == 1
+                                       for pair in operands):
+    return None   # outer products: XLA fuses their sum into one elementwise pass
+  a = graph_io.concat([pair[0].tensor for pair in operands], axis=contracted)
   b = graph_io.concat([pair[1].tensor for pair in operands], axis=2 if transpose_b else 1)
   return stacked(graph_io.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
 

@@ -40,6 +40,28 @@ def test_sum_of_matmuls_is_one_batch_matmul():
   assert len(used) == 1
 
 
+def _sum_of_outer_products(i):
+  """A per-example weight gradient's shape: each term contracts one row."""
+  a, b = tf.gather(A, i)[:, :1], tf.gather(B, i)[:, :1]            # [terms, 1, 5]
+  return tf.math.add_n([tf.matmul(a[t], b[t], transpose_a=True) for t in range(3)])
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_sum_of_outer_products_equals_the_loop(mode):
+  testing.check_against_loop(_sum_of_outer_products, 4, mode=mode)
+
+
+@pytest.mark.parametrize("jit_compile,products", [(False, 1), (True, 3)])
+def test_sum_of_outer_products_is_one_batch_matmul_unless_compiled(jit_compile, products):
+  """Under XLA the products stay apart: XLA fuses their sum into one elementwise pass."""
+  graph = tf.function(lambda: vectorize.pfor(_sum_of_outer_products, 4,
+                                             fallback_to_while_loop=False),
+                      jit_compile=jit_compile).get_concrete_function().graph
+  used = [op for op in testing.all_ops(graph) if op.type.startswith("BatchMatMul")
+          and any(c.type != "NoOp" for t in op.outputs for c in t.consumers())]
+  assert len(used) == products
+
+
 def test_weight_gradient_of_an_unrolled_rnn_equals_the_loop():
   w = tf.constant(RNG.standard_normal([5, 5]) * 0.3, tf.float32)
   xs = tf.constant(RNG.standard_normal([4, 6, 5]), tf.float32)
