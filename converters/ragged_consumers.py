@@ -36,20 +36,35 @@ def _common_rows(op):
 
 def _per_row(tensor, rows, rank):
   """A stacked operand `[n] + s` as one row per flat row, `[total] + 1s + s`, padded to
-  broadcast against flat values of rank `rank`, as it does against each iteration's value."""
+  broadcast against flat values of rank `rank`, as it does against each iteration's value.
+  One as long as the ragged value in every iteration (a slice's gradient beside a pad's, say)
+  is its rows laid out alike."""
   s = values.rank(tensor) - 1
-  if s >= rank:
-    if s == rank and tensor.shape[1] == 1:
+  if s > rank:
+    raise Unvectorizable("a per-iteration operand of higher rank than a ragged one")
+  if s == rank:
+    if tensor.shape[1] == 1:
       return _per_row(tensor[:, 0], rows, rank)
-    raise Unvectorizable("a per-iteration operand would broadcast along the ragged axis")
+    with tf.control_dependencies([_lengths_check(rows, tf.shape(tensor)[1])]):
+      return values.merge_leading(tensor)
   return values.expand_after_loop_axis(tf.gather(tensor, rows.row_ids), rank - 1 - s)
 
 
-def _broadcast_invariant(tensor, rank):
+def _broadcast_invariant(tensor, rows, rank):
+  """A loop-invariant operand, broadcast as against each iteration's value; one of the
+  ragged value's rank is as long as it in every iteration, and read at each row's position."""
   s = values.rank(tensor)
-  if s > rank or (s == rank and tensor.shape[0] != 1):
-    raise Unvectorizable("a loop-invariant operand would broadcast along the ragged axis")
-  return tensor
+  if s > rank:
+    raise Unvectorizable("a loop-invariant operand of higher rank than a ragged one")
+  if s < rank or tensor.shape[0] == 1:
+    return tensor
+  with tf.control_dependencies([_lengths_check(rows, tf.shape(tensor)[0])]):
+    return tf.gather(tensor, rows.positions)
+
+
+def _lengths_check(rows, length):
+  return tf.debugging.Assert(tf.reduce_all(tf.equal(rows.row_lengths, length)), [
+      "vectorize: an elementwise op's operands differ in length in some iteration"])
 
 
 @ragged.register("AddN", "ClipByValue", "Equal", "LookupTableFindV2", "Mul", "NotEqual",
@@ -66,7 +81,7 @@ def _convert_elementwise(op):
     elif v.stacked:
       args.append(_per_row(v.tensor, rows, rank))
     else:
-      args.append(_broadcast_invariant(v.tensor, rank))
+      args.append(_broadcast_invariant(v.tensor, rows, rank))
   with tf.control_dependencies(checks):
     return [ragged.same_rows(t, rows) for t in op.rebuild(args)]
 
@@ -542,15 +557,16 @@ def _convert_pad(op):
   paddings = tf.cast(op.value(1).tensor, tf.int32)
   flat = rows.values
   if op.is_stacked(1):
-    if rank > 1:
-      raise Unvectorizable("per-iteration paddings of later axes of a ragged value")
     before, after = paddings[:, 0, 0], paddings[:, 0, 1]
+    later = ragged.agreed(paddings[:, 1:], f"vectorize: {op.op.name}: paddings of a later "
+                          "axis that differ between iterations of a value of per-iteration size")
   else:
     ones = tf.ones_like(rows.row_lengths)
     before, after = ones * paddings[0, 0], ones * paddings[0, 1]
-    if rank > 1:
-      flat = tf.pad(flat, tf.concat([tf.zeros([1, 2], tf.int32), paddings[1:]], 0),
-                    constant_values=constant)
+    later = paddings[1:]
+  if rank > 1:
+    flat = tf.pad(flat, tf.concat([tf.zeros([1, 2], tf.int32), later], 0),
+                  constant_values=constant)
   out = ragged.RaggedRows(flat, rows.row_lengths + before + after)
   ids = out.row_ids
   source = out.positions - tf.gather(before, ids)

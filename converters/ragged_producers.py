@@ -130,6 +130,13 @@ def _convert_string_split(op):
           ragged.ragged(tokens, lengths), stacked(shape)]
 
 
+def _static_multiples(op):
+  """The multiples the graph's static shapes imply (1 where they do not say): what n = 0,
+  with no iteration to read them from, keeps."""
+  sizes = zip(op.input_shape(0).as_list(), op.output_shape(0).as_list())
+  return [out // size if out is not None and size else 1 for size, out in sizes]
+
+
 def tile_per_iteration(op):
   """Tile with per-iteration multiples: the later axes are tiled alike in every iteration
   (checked at run time), the first by each iteration's own count, so the result is
@@ -147,11 +154,9 @@ def tile_per_iteration(op):
     a = tf.shape(x.tensor)[1 if x.stacked else 0]
     lengths = tf.fill([op.ctx.n], a)
     starts = tf.range(op.ctx.n) * a if x.stacked else tf.zeros([op.ctx.n], tf.int32)
-  later = tf.reduce_max(multiples[:, 1:], 0)
-  check = tf.debugging.Assert(tf.reduce_all(tf.equal(multiples[:, 1:], later)), [
-      f"vectorize: {op.op.name}: tf.tile multiples of later axes differ per iteration"])
-  with tf.control_dependencies([check]):
-    flat = tf.tile(flat, tf.concat([[1], later], 0))
+  later = ragged.agreed(multiples[:, 1:], f"vectorize: {op.op.name}: tf.tile multiples of "
+                       "later axes differ per iteration", _static_multiples(op)[1:])
+  flat = tf.tile(flat, tf.concat([[1], later], 0))
   out = ragged.RaggedRows(flat, lengths * multiples[:, 0])
   ids = out.row_ids
   source = tf.gather(starts, ids) + out.positions % tf.maximum(tf.gather(lengths, ids), 1)

@@ -28,7 +28,7 @@ from vectorize import indexing
 from vectorize import options
 from vectorize import ragged
 from vectorize import values
-from vectorize.errors import Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.registry import register
 from vectorize.values import stacked
 
@@ -199,12 +199,9 @@ def _slice_by_plan(x, plan, new_axes, dtype, what):
   if _has_fixed(plan):
     begin, end, strides, masks = _fixed_slice_args(plan, x.stacked, dtype)
     x = values.Value(tf.strided_slice(x.tensor, begin, end, strides, **masks), x.stacked)
-  positions, pos = [], 0
-  for p in plan:
-    if isinstance(p, _Varying):
-      positions.append((pos, p))
-    if not (p.shrink and isinstance(p, _Fixed)):  # Varying dims are still there.
-      pos += 1
+  positions = _varying_positions(plan)
+  ragged_dim = _ragged_first_axis(positions, new_axes)
+  positions = [q for q in positions if q is not ragged_dim]
   if positions:
     checks = [_same_length_check(p, what) for _, p in positions if p.sizes is not None]
     with tf.control_dependencies(checks):
@@ -217,10 +214,52 @@ def _slice_by_plan(x, plan, new_axes, dtype, what):
           x = stacked(tf.gather(x.tensor, indices, axis=pos + 1, batch_dims=1))
         else:
           x = stacked(_move_axis(tf.gather(x.tensor, indices, axis=pos), pos, 0))
+  if ragged_dim is not None:
+    return _ragged_rows(x, ragged_dim[1], new_axes)
   out = x.tensor
   for pos in new_axes:
     out = tf.expand_dims(out, pos + int(x.stacked))
   return values.Value(out, x.stacked)
+
+
+def _varying_positions(plan):
+  """`(pos, plan entry)` of each `_Varying` dim, pos counting the dims still there after the
+  fixed slice (varying shrink dims are, until gathered)."""
+  positions, pos = [], 0
+  for p in plan:
+    if isinstance(p, _Varying):
+      positions.append((pos, p))
+    if not (p.shrink and isinstance(p, _Fixed)):
+      pos += 1
+  return positions
+
+
+def _ragged_first_axis(positions, new_axes):
+  """The varying dim `(pos, plan)` whose lengths nothing in the graph fixes, when it is the
+  only one and becomes the output's first axis (`x[i][:lengths[i]]`, `x[i, s[i]:, 0]`): the
+  output is then ragged rather than checked equal. None otherwise."""
+  unfixed = [q for q in positions if q[1].sizes is not None and not isinstance(q[1].length, int)]
+  if len(unfixed) != 1 or 0 in new_axes or options.static_shapes_wanted():
+    return None
+  pos = unfixed[0][0]
+  dropped_before = sum(1 for q_pos, q in positions if q_pos < pos and q.shrink)
+  return unfixed[0] if pos == dropped_before else None
+
+
+def _ragged_rows(x, p, new_axes):
+  """Each iteration's rows `start + range(size) * stride` of the Value `x` (its other dims
+  already sliced), as ragged rows: one gather from the merged rows."""
+  out = ragged.RaggedRows(x.tensor[:0], tf.cast(p.sizes, tf.int32))
+  within = (tf.gather(tf.cast(p.start, tf.int32), out.row_ids) +
+            out.positions * p.stride)
+  if x.stacked:
+    rows = tf.shape(x.tensor, out_type=tf.int32)[1]
+    flat = tf.gather(values.merge_leading(x.tensor), out.row_ids * rows + within)
+  else:
+    flat = tf.gather(x.tensor, within)
+  for pos in new_axes:
+    flat = tf.expand_dims(flat, pos)
+  return ragged.ragged(flat, out.row_lengths)
 
 
 def _row_gather(tensor):
@@ -270,6 +309,14 @@ def _range_indices(p):
 
 
 def _same_length_check(p, what):
+  """The run-time check that a varying dim's lengths are the one length planned. XLA drops
+  checks, so there a length nothing in the graph fixes is refused instead."""
+  if not isinstance(p.length, int) and options.static_shapes_wanted():
+    raise ConversionError(
+        f"Cannot vectorize {what} under XLA: its length differs per iteration unless the "
+        "graph fixes it, and XLA needs static shapes (and cannot check them at run time). "
+        "To fix: give the slice a fixed size (`x[s:s + k]` with a Python int k, or pad to a "
+        "bound and mask), or run without jit_compile.")
   return tf.debugging.Assert(
       tf.reduce_all(tf.equal(p.sizes, tf.cast(p.length, p.sizes.dtype))),
       [f"vectorize: {what} has a length that differs between iterations (or from the length "
@@ -493,15 +540,44 @@ def _convert_strided_slice_grad(op):
                                _prepend(end, 0), _prepend(strides, 1), dy],
                               _shifted_masks(op))[0])
   plan, new_axes = _strided_slice_plan(op, None)
-  dtype = op.attr("Index")
   if new_axes:
     dy = tf.squeeze(dy, [p + 1 for p in new_axes])
+  return _slice_grad_by_plan(op, plan, dy)
+
+
+@ragged.register("StridedSliceGrad")
+def _convert_strided_slice_grad_of_ragged(op):
+  """`dy` of per-iteration length (the gradient of `x[i][:lengths[i]]`): its rows scattered
+  back to their places along the first axis, then the rest as for a stacked `dy`."""
+  if op.is_stacked(0) or op.is_stacked(3):
+    raise Unvectorizable("the shape or strides of a strided-slice gradient differ per "
+                         "iteration")
+  plan, new_axes = _strided_slice_plan(op, None)
+  ragged_dim = _ragged_first_axis(_varying_positions(plan), new_axes)
+  if ragged_dim is None:
+    raise Unvectorizable("a strided-slice gradient whose size differs per iteration past "
+                         "the first axis")
+  rows = op.value(4).tensor
+  flat = tf.squeeze(rows.values, new_axes) if new_axes else rows.values
+  p = ragged_dim[1]
+  dim = next(d for q, d in zip(plan, _shape_entries(op, op.attr("Index"))) if q is p)
+  ids = rows.row_ids
+  within = tf.gather(tf.cast(p.start, tf.int32), ids) + rows.positions * p.stride
+  target = tf.concat([[op.ctx.n, tf.cast(dim, tf.int32)], tf.shape(flat)[1:]], 0)
+  dy = indexing.scatter_nd(tf.stack([ids, within], 1), flat, target)
+  return _slice_grad_by_plan(op, plan, dy, done=p)
+
+
+def _slice_grad_by_plan(op, plan, dy, done=None):
+  """The stacked `dy` of a strided slice planned as `plan` scattered back: each varying dim
+  but `done` (already scattered), then the fixed dims' StridedSliceGrad."""
+  dtype, shape = op.attr("Index"), op.invariant(0)
   checks = [_same_length_check(p, f"strided slice gradient {op.op.name}")
-            for p in plan if isinstance(p, _Varying) and p.sizes is not None]
+            for p in plan if isinstance(p, _Varying) and p.sizes is not None and p is not done]
   pos = 0
   with tf.control_dependencies(checks):
     for p, dim in zip(plan, _shape_entries(op, dtype)):
-      if isinstance(p, _Varying):
+      if isinstance(p, _Varying) and p is not done:
         dy = _scatter_dim(dy, _range_indices(p), pos, dim)
       if not (p.shrink and isinstance(p, _Fixed)):
         pos += 1

@@ -171,6 +171,17 @@ def require_dynamic_shapes(op, what):
         "run without jit_compile.")
 
 
+def agreed(per_iteration, message, when_none=0):
+  """The `s`-shaped value that every iteration's row of `per_iteration` (`[n] + s`) holds,
+  checked at run time (`message` if not), or `when_none` where there is no iteration: sizes
+  of later axes, which a ragged value's iterations share."""
+  none = tf.broadcast_to(tf.cast(when_none, per_iteration.dtype), tf.shape(per_iteration)[1:])
+  common = tf.concat([per_iteration, none[None]], 0)[0]
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(per_iteration, common)), [message])
+  with tf.control_dependencies([check]):
+    return tf.identity(common)
+
+
 def settle(value, static_shape, ctx):
   """A converter's ragged result as the walker keeps it: a stacked tensor when the traced
   graph knows the per-iteration shape fully (row lengths checked at run time), else ragged

@@ -161,6 +161,12 @@ BODIES = {
     "top_k_ragged_axis": lambda i: tf.math.top_k(tf.range(LIMS[i] + 2) * (LIMS[i] % 2 - 1), 2),
     "top_k_per_iteration_k": lambda i: tf.math.top_k(_positive(i), tf.size(_positive(i)) // 2),
     "top_k_later_axis": lambda i: tf.math.top_k(_rows(i), 2),
+    "prefix_of_padded_row": lambda i: X[i][:LIMS[i]],
+    "prefix_of_padded_rows_sum": lambda i: tf.reduce_sum(M[i][:LIMS[i]], 0),
+    "suffix_of_row_column": lambda i: M[i, STARTS[i]:, 1],
+    "prefix_of_invariant": lambda i: TABLE[:LIMS[i], None],
+    "reversed_prefix": lambda i: X[i][LIMS[i]::-1],
+    "slice_op_per_iteration_size": lambda i: tf.slice(M[i], [1, 0], [LIMS[i] // 2, 2]),
     "sparse_from_ragged": lambda i: tf.sparse.to_dense(
         tf.sparse.from_dense(tf.range(FOURS[i]) % 2), default_value=-1),
 }
@@ -319,3 +325,36 @@ def test_top_k_beyond_an_iterations_size_is_an_error():
   body = lambda i: tf.math.top_k(tf.range(LIMS[i]), 2).values
   with pytest.raises(tf.errors.InvalidArgumentError, match="k larger than the vector"):
     vectorize.pfor(body, N, fallback_to_while_loop=False)
+
+
+def _prefix_gradients(i):
+  x = M[i]
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    loss = (tf.reduce_sum(x[:LIMS[i]] ** 2) +
+            tf.reduce_sum(tf.slice(x, [1, 0], [LIMS[i] // 2, 3]) * 3.))
+  return tape.gradient(loss, x)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+def test_gradient_of_a_prefix_of_per_iteration_length_inside_the_body(n, mode):
+  assert_equal_to_loop(_run(_prefix_gradients, n, mode), _reference(_prefix_gradients, n))
+
+
+def test_gradient_of_pfor_through_a_prefix_of_per_iteration_length():
+  def loss(fn):
+    with tf.GradientTape() as tape:
+      tape.watch(M)
+      y = tf.reduce_sum(fn(lambda i: tf.reduce_sum(M[i][:LIMS[i]] ** 2)))
+    return tf.convert_to_tensor(tape.gradient(y, M))
+  actual = loss(lambda body: vectorize.pfor(body, N, fallback_to_while_loop=False))
+  expected = loss(lambda body: tf.stack([body(tf.constant(i)) for i in range(N)]))
+  np.testing.assert_allclose(actual, expected, rtol=1e-6)
+
+
+def test_prefix_of_per_iteration_length_under_xla_is_a_clear_error():
+  fn = tf.function(lambda: vectorize.pfor(BODIES["prefix_of_padded_rows_sum"], N,
+                                          fallback_to_while_loop=False), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="XLA needs static shapes"):
+    fn()
