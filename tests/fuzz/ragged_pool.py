@@ -96,6 +96,14 @@ class RaggedPool:
       zero = "0.0" if a.dtype == FLOAT else "0"
       return self.emit(f"tf.cast(tf.where({{0}} > {zero}), tf.int32)", [a.name],
                        (None, len(a.shape)), INT, "where")
+    if r < 0.88:
+      # A prefix of a fixed-size value, its length drawn per iteration (x[i][:lengths[i]]).
+      a = self.pick(lambda v: v.dtype in (FLOAT, INT) and 1 <= len(v.shape) <= 2,
+                    lambda: self.operand(self.rand_shape(self.rng.randint(1, 2)), FLOAT))
+      lim, deps = self.small_int()
+      lim = lim.replace("{0}", "{1}")
+      return self.emit(f"{{0}}[:{lim}]", [a.name] + deps, (None,) + a.shape[1:], a.dtype,
+                       "ragged_prefix", a.exact)
     data = self.any_float(min_rank=1, max_rank=2)
     k = data.shape[0]
     ids = self.operand((k,), INT, fresh=0.6)
@@ -156,6 +164,13 @@ class RaggedPool:
     if r < 0.9 and a.dtype == INT and len(a.shape) == 1:
       return self.emit("tf.math.bincount(tf.math.floormod({0}, 4), minlength=4, "
                        "maxlength=4)", [a.name], (4,), INT, "ragged_bincount")
+    if r < 0.92 and a.dtype == FLOAT:
+      form = self.rng.choice(["tf.nn.softmax({0})", "tf.nn.log_softmax({0})",
+                              "tf.sort({0}, axis=-1)", "tf.sort({0}, 0, 'DESCENDING')"])
+      if form.endswith("'DESCENDING')") and len(a.shape) != 1:
+        form = "tf.sort({0}, axis=-1)"
+      return self.emit(form, [a.name], a.shape, FLOAT, "ragged_softmax_sort",
+                       a.exact and "sort" in form)
     if r < 0.95 and a.dtype == FLOAT and len(a.shape) == 2:
       w = self.operand((a.shape[1], self.rng.randint(1, 3)), FLOAT)
       return self.emit("tf.matmul({0}, {1})", [a.name, w.name], (None, w.shape[1]), FLOAT,
