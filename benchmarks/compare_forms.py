@@ -16,15 +16,9 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
-from benchmarks import measure
+from benchmarks import cell_flags
 from benchmarks import timing
-from benchmarks import workloads
 
-flags.DEFINE_string("workload", "jacobian_vgg", "workload name")
-flags.DEFINE_integer("batch", 128, "batch size")
-flags.DEFINE_list("forms", ["hand-batched", "vectorize", "tf pfor"],
-                  "forms to time; ratios are to the first")
-flags.DEFINE_bool("xla", False, "time the XLA forms instead")
 flags.DEFINE_integer("rounds", 15, "interleaved rounds")
 FLAGS = flags.FLAGS
 
@@ -32,10 +26,8 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   print("load before:", os.getloadavg())
-  workload = next(w for w in workloads.ALL if w.name == FLAGS.workload)
-  fns = measure.functions(workload, FLAGS.batch, FLAGS.xla)
-  labels = [f + measure.XLA if FLAGS.xla else f for f in FLAGS.forms]
-  forms = {label: fns[label] for label in labels}
+  forms = cell_flags.selected_functions()
+  labels = list(forms)
   for fn in forms.values():
     timing.run(fn)
   calls = {label: timing.calls_for(min(timing.seconds(fn) for _ in range(2)))

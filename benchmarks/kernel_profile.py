@@ -23,14 +23,9 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
 
-from benchmarks import measure
+from benchmarks import cell_flags
 from benchmarks import timing
-from benchmarks import workloads
 
-flags.DEFINE_string("workload", "jacobian_vgg", "workload name")
-flags.DEFINE_integer("batch", 128, "batch size")
-flags.DEFINE_list("forms", ["hand-batched", "vectorize", "tf pfor"], "forms to profile")
-flags.DEFINE_bool("xla", False, "profile the XLA forms instead")
 flags.DEFINE_integer("calls", 3, "profiled calls per form")
 flags.DEFINE_integer("top", 25, "op types and nodes listed per form")
 FLAGS = flags.FLAGS
@@ -89,11 +84,7 @@ def summary(events, calls, top):
 
 def main(argv):
   del argv
-  workload = next(w for w in workloads.ALL if w.name == FLAGS.workload)
-  fns = measure.functions(workload, FLAGS.batch, FLAGS.xla)
-  for form in FLAGS.forms:
-    label = form + measure.XLA if FLAGS.xla else form
-    fn = fns[label]
+  for label, fn in cell_flags.selected_functions().items():
     for _ in range(2):
       timing.run(fn)
     wall, cpu = min(timing.wall_and_cpu_seconds(fn) for _ in range(3))
