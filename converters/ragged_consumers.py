@@ -181,6 +181,59 @@ def _convert_softmax(op):
   return ragged.same_rows(tf.exp(shifted) / totals, rows)
 
 
+@ragged.register("ArgMax", "ArgMin")
+def _convert_arg_max(op):
+  """Along a later axis: on the flat values. Along the ragged axis: each iteration's first
+  row holding its extreme value (the segment's max or min), as the kernel picks it."""
+  rows = op.value(0).tensor
+  x = rows.values
+  axis = int(op.static_value(1)) % values.rank(x)
+  if axis:
+    return ragged.same_rows(op.rebuild([x, op.invariant(1)])[0], rows)
+  nonempty = tf.debugging.Assert(tf.reduce_all(rows.row_lengths > 0), [
+      f"vectorize: {op.op.name}: an {op.type} over an empty axis in some iteration"])
+  n, ids = op.ctx.n, rows.row_ids
+  extreme = _segment_reduce("Max" if op.type == "ArgMax" else "Min", x, ids, n)
+  positions = values.expand_after_loop_axis(rows.positions, values.rank(x) - 1)
+  candidates = tf.where(tf.equal(x, tf.gather(extreme, ids)), positions, tf.int32.max)
+  with tf.control_dependencies([nonempty]):
+    first = tf.math.unsorted_segment_min(candidates, ids, n)
+  return stacked(tf.cast(first, op.attr("output_type")))
+
+
+@ragged.register("OneHot")
+def _convert_one_hot(op):
+  """Indices of per-iteration length, the new axis last: on the flat indices."""
+  rows = op.value(0).tensor
+  axis = op.attr("axis")
+  if axis not in (-1, values.rank(rows.values)):
+    raise Unvectorizable("a one-hot axis before the axis of per-iteration size")
+  if any(op.is_stacked(k) for k in (1, 2, 3)):
+    raise Unvectorizable("a per-iteration depth or value of a one-hot of per-iteration size")
+  args = [rows.values] + [op.invariant(k) for k in (1, 2, 3)]
+  return ragged.same_rows(op.rebuild(args)[0], rows)
+
+
+@ragged.register("Einsum")
+def _convert_einsum(op):
+  """A ragged first operand whose first (ragged) axis is the output's first and no other
+  operand's (a projection of each row, as Keras' EinsumDense): the same equation on the
+  flat values."""
+  equation = op.attr("equation").decode() if isinstance(op.attr("equation"), bytes) else \
+      op.attr("equation")
+  inputs, output = equation.replace(" ", "").split("->")
+  subscripts = inputs.split(",")
+  if (not ragged.is_ragged(op.value(0)) or "." in equation or not subscripts[0] or
+      not output or subscripts[0][0] != output[0] or
+      any(subscripts[0][0] in s for s in subscripts[1:]) or subscripts[0][0] in subscripts[0][1:]):
+    raise Unvectorizable("an einsum mixing the axis of per-iteration size with others")
+  if any(op.is_stacked(k) for k in range(1, len(subscripts))):
+    raise Unvectorizable("an einsum of a value of per-iteration size and a per-iteration one")
+  rows = op.value(0).tensor
+  args = [rows.values] + [op.invariant(k) for k in range(1, len(subscripts))]
+  return ragged.same_rows(op.rebuild(args)[0], rows)
+
+
 @ragged.register("TopKV2")
 def _convert_top_k(op):
   """Along a later axis: on the flat values. Along the ragged axis (tf.sort, tf.argsort or

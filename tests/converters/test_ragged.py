@@ -167,6 +167,13 @@ BODIES = {
     "prefix_of_invariant": lambda i: TABLE[:LIMS[i], None],
     "reversed_prefix": lambda i: X[i][LIMS[i]::-1],
     "slice_op_per_iteration_size": lambda i: tf.slice(M[i], [1, 0], [LIMS[i] // 2, 2]),
+    "einsum_rows": lambda i: tf.einsum("ld,dk->lk", _rows(i), W32),
+    "einsum_rows_heads": lambda i: tf.einsum("ld,dhk->lhk", _rows(i), tf.reshape(M[:2], [3, 2, 4])),
+    "einsum_one_operand": lambda i: tf.einsum("ld->l", _rows(i)),
+    "argmax_ragged_axis": lambda i: tf.argmax(tf.concat([_positive(i) % 2., [-1.]], 0)),
+    "argmin_ragged_axis_rows": lambda i: tf.argmin(tf.concat([_rows(i), M[i, :1]], 0), 0),
+    "argmax_later_axis": lambda i: tf.argmax(_rows(i), -1, output_type=tf.int32),
+    "one_hot": lambda i: tf.one_hot(tf.range(LIMS[i]) % 3, 4, on_value=2., off_value=-1.),
     "sparse_from_ragged": lambda i: tf.sparse.to_dense(
         tf.sparse.from_dense(tf.range(FOURS[i]) % 2), default_value=-1),
 }
@@ -358,3 +365,8 @@ def test_prefix_of_per_iteration_length_under_xla_is_a_clear_error():
                                           fallback_to_while_loop=False), jit_compile=True)
   with pytest.raises(vectorize.ConversionError, match="XLA needs static shapes"):
     fn()
+
+
+def test_argmax_over_an_empty_axis_is_an_error():
+  with pytest.raises(tf.errors.InvalidArgumentError, match="ArgMax over an empty axis"):
+    vectorize.pfor(lambda i: tf.argmax(_positive(i)), N, fallback_to_while_loop=False)
