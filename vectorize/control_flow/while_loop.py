@@ -172,7 +172,16 @@ def _shape_invariant(op, k, value, flag):
 def _run_body(body, values, flags, ctx):
   """The converted body's outputs, stacked ones tiled as `flags` demand."""
   outputs, _ = walker.convert_graph(body.graph, values, ctx, body.outputs)
-  return [stack(v, ctx.n) if f else v.tensor for v, f in zip(outputs, flags)]
+  return [_with_static_n(stack(v, ctx.n), ctx) if f else v.tensor
+          for v, f in zip(outputs, flags)]
+
+
+def _with_static_n(tensor, ctx):
+  """`tensor` with its loop axis as long as the context knows it is, as the loop's shape
+  invariant says (a value tiled by a run-time n would leave it unknown)."""
+  if ctx.static_n is not None and isinstance(tensor, tf.Tensor) and tensor.shape.rank:
+    tensor.set_shape(tf.TensorShape([ctx.static_n]).concatenate(tensor.shape[1:]))
+  return tensor
 
 
 def _invariant_loop(op, cond_graph, body, init, flags):

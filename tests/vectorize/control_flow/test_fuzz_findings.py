@@ -366,3 +366,20 @@ def test_plain_tf_gradient_of_a_cond_under_a_tape_under_xla():
       y = _tape_over_a_cond_reading_a_slice(x, i)
     return tape.gradient(y, x)
   grad(X10, tf.constant(1))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+def test_invariant_inner_loop_tiling_an_invariant_into_a_per_iteration_variable(mode):
+  """Fuzz seed 1220150, shrunk: an inner loop whose condition is the same in every
+  iteration carries a per-iteration scalar that its body replaces by an invariant; tiled by
+  the run-time n, it lost the static loop length its shape invariant names ('enters the loop
+  with shape (1,), but has shape (None,) after one iteration')."""
+  def body(i):
+    def step(j, c, d):
+      def inner(k, e, f):
+        return k + 1, e, tf.reduce_mean(tf.zeros([0]))
+      _, _, out = tf.while_loop(lambda k, e, f: k < tf.maximum(tf.math.floormod(j, 4), 1),
+                                inner, (0, tf.zeros([0]), c), maximum_iterations=5)
+      return j + 1, out, out
+    return tf.while_loop(lambda j, c, d: j < 0, step, (0, X[i, 0], X[i, 1]))[2]
+  testing.check_against_loop(body, 1, mode=mode)
