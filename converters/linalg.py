@@ -12,7 +12,7 @@ import string
 
 import tensorflow as tf
 
-from vectorize import values
+from vectorize import graph_io, values
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise, register_leading_batch
 from vectorize.registry import register
@@ -27,8 +27,8 @@ def _fold_rows_matmul(x, w, transpose_w):
   `-> [n, ..., m, p]`.
   """
   shape = dynamic_shape(x)
-  out = tf.raw_ops.MatMul(a=reshape(x, [product(shape[:-1]), shape[-1]]), b=w,
-                          transpose_a=False, transpose_b=transpose_w)
+  out = graph_io.matmul(reshape(x, [product(shape[:-1]), shape[-1]]), w,
+                        transpose_b=transpose_w)
   return reshape(out, shape[:-1] + [dynamic_shape(out)[-1]])
 
 
@@ -41,7 +41,7 @@ def _batch_matmul(x, y, transpose_x, transpose_y):
     x = tf.math.conj(x)
   if transpose_y and y.dtype.is_complex:
     y = tf.math.conj(y)
-  return tf.raw_ops.BatchMatMulV2(x=x, y=y, adj_x=transpose_x, adj_y=transpose_y)
+  return graph_io.batch_matmul(x, y, adj_x=transpose_x, adj_y=transpose_y)
 
 
 @register("MatMul")
@@ -76,7 +76,7 @@ def _convert_batch_mat_mul(op):
     return stacked(_fold_rows_matmul(x.tensor, w, adj_y))
   xs, ys = op.align_for_broadcast()
   if op.type == "BatchMatMul":
-    return stacked(tf.raw_ops.BatchMatMulV2(x=xs, y=ys, adj_x=adj_x, adj_y=adj_y))
+    return stacked(graph_io.batch_matmul(xs, ys, adj_x, adj_y))
   return stacked(op.rebuild([xs, ys])[0])
 
 

@@ -261,6 +261,13 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
       "adj_x": _bool(transpose_a), "adj_y": _bool(transpose_b)}).outputs[0]
 
 
+def batch_matmul(x, y, adj_x=False, adj_y=False):
+  """BatchMatMulV2 (batch dims broadcast) of one dtype, emitted directly: the walker makes
+  one per matmul it cannot fold, and TF's op layer costs more than the op's own node."""
+  return emit("BatchMatMulV2", [x, y], {"T": _type(x.dtype), "adj_x": _bool(adj_x),
+                                        "adj_y": _bool(adj_y)}).outputs[0]
+
+
 def _bool(value):
   return attr_value_pb2.AttrValue(b=bool(value))
 

@@ -64,6 +64,18 @@ def test_matmul_of_complex_batches_transposes_without_conjugating():
                                 _run(lambda: tf.linalg.matmul(a, a, transpose_a=True)))
 
 
+@pytest.mark.parametrize("adj_x", [False, True])
+@pytest.mark.parametrize("adj_y", [False, True])
+def test_batch_matmul_broadcasts_like_tf(adj_x, adj_y):
+  rng = np.random.RandomState(3)
+  x = rng.normal(size=[2, 1, 3, 3]).astype(np.float32)
+  y = rng.normal(size=[4, 3, 3]).astype(np.float32)
+  expected = _run(lambda: tf.linalg.matmul(x, y, adjoint_a=adj_x, adjoint_b=adj_y))
+  got = _run(lambda: graph_io.batch_matmul(tf.constant(x), tf.constant(y), adj_x, adj_y))
+  assert got.shape == (2, 4, 3, 3)
+  np.testing.assert_array_equal(got, expected)
+
+
 def test_float_constants_are_shared_per_graph():
   with tf.Graph().as_default():
     one = graph_io.constant(1.0, tf.float32)
