@@ -141,8 +141,10 @@ CASES.append(OpCase("TensorListConcatV2-after_loop", _concat_after_loop, [[5, 2]
 
 def _unknown_shape_in_loop(x, trips):
   """A TensorArray with no element shape written in a loop with a value of unknown static
-  shape (a slice with a run-time start): the first write gives the elements their shape."""
-  item = tf.slice(x, [tf.math.floormod(trips, 1)], [-1])
+  shape (a slice with run-time bounds, of a length the graph fixes): the first write gives
+  the elements their shape."""
+  start = tf.math.floormod(trips, 1)
+  item = x[start:start + 2]
   ta = tf.TensorArray(x.dtype, 4)
   _, ta = tf.while_loop(lambda k, ta: k < trips,
                         lambda k, ta: (k + 1, ta.write(k, item * tf.cast(k, x.dtype))), (0, ta))
@@ -156,7 +158,8 @@ def _at_least_one_trip(rng, shape, dtype):
 def _created_in_loop(x, trips):
   """TensorArrays created inside the body of a loop with a per-iteration trip count, of
   scalars and written with a value of unknown static shape."""
-  unknown = tf.slice(x, [tf.math.floormod(trips, 1)], [-1])   # static shape [None]
+  start = tf.math.floormod(trips, 1)
+  unknown = x[start:start + 2]   # static shape [None], a length the graph fixes
 
   def body(k, acc):
     scalars = tf.TensorArray(x.dtype, 2).unstack(acc).write(0, acc[1] * 2.).stack()
