@@ -1,8 +1,9 @@
 """A few forms of one workload timed against each other over many interleaved rounds, without
 the suite's checks, loop form and tables: for re-measuring one cell of the table.
 
-  python -m benchmarks.compare_forms --workload jacobian_vgg --rounds 21
-  python -m benchmarks.compare_forms --workload per_example_lstm --xla --forms vectorize,"tf pfor"
+  python -m benchmarks.compare_forms --cell_workload jacobian_vgg --compare_rounds 21
+  python -m benchmarks.compare_forms --cell_workload per_example_lstm --cell_xla \
+      --cell_forms vectorize,"tf pfor"
 
 Prints, for each form, its median wall and CPU milliseconds, and the median within-round
 ratio of each form to the first, in wall and CPU time, with the load average before and after.
@@ -19,7 +20,7 @@ import numpy as np
 from benchmarks import cell_flags
 from benchmarks import timing
 
-flags.DEFINE_integer("rounds", 15, "interleaved rounds")
+flags.DEFINE_integer("compare_rounds", 15, "interleaved rounds")
 FLAGS = flags.FLAGS
 
 
@@ -33,7 +34,7 @@ def main(argv):
   calls = {label: timing.calls_for(min(timing.seconds(fn) for _ in range(2)))
            for label, fn in forms.items()}
   cpu = {}
-  wall = timing.rounds(forms, FLAGS.rounds, calls, cpu)
+  wall = timing.rounds(forms, FLAGS.compare_rounds, calls, cpu)
   base = labels[0]
   for label in labels:
     print(f"{label:22s} wall {1e3 * np.median(wall[label]):8.1f} ms  "

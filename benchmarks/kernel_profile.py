@@ -1,11 +1,12 @@
 """Where a form's run time goes, kernel by kernel: which ops one workload's forms run and how
 long each takes, to compare vectorize's op list with hand-batched's and TF pfor's.
 
-  python -m benchmarks.kernel_profile --workload jacobian_vgg --batch 128
-  python -m benchmarks.kernel_profile --workload keras_dp_sgd --forms vectorize,"tf pfor" --xla
+  python -m benchmarks.kernel_profile --cell_workload jacobian_vgg --cell_batch 128
+  python -m benchmarks.kernel_profile --cell_workload keras_dp_sgd \
+      --cell_forms vectorize,"tf pfor" --cell_xla
 
-Each form is warmed up, then called `--calls` times under TensorFlow's profiler; the kernel
-events of the trace (named `node:OpType`) are summed per op type and per node, per call.
+Each form is warmed up, then called `--profiled_calls` times under TensorFlow's profiler; the
+kernel events of the trace (named `node:OpType`) are summed per op type and per node, per call.
 A kernel's time is its own thread's span, so work it hands to other threads and waits for is
 counted, and a kernel that runs beside another is counted in full: a kernel total above the
 call's wall time means ops ran side by side. XLA forms show as one cluster kernel.
@@ -26,8 +27,8 @@ import tensorflow as tf
 from benchmarks import cell_flags
 from benchmarks import timing
 
-flags.DEFINE_integer("calls", 3, "profiled calls per form")
-flags.DEFINE_integer("top", 25, "op types and nodes listed per form")
+flags.DEFINE_integer("profiled_calls", 3, "profiled calls per form")
+flags.DEFINE_integer("top_kernels", 25, "op types and nodes listed per form")
 FLAGS = flags.FLAGS
 
 
@@ -89,7 +90,8 @@ def main(argv):
       timing.run(fn)
     wall, cpu = min(timing.wall_and_cpu_seconds(fn) for _ in range(3))
     print(f"{label}: {wall * 1e3:.1f} ms wall, {cpu * 1e3:.1f} ms CPU (best of 3)")
-    print("\n".join(summary(kernel_events(fn, FLAGS.calls), FLAGS.calls, FLAGS.top)))
+    print("\n".join(summary(kernel_events(fn, FLAGS.profiled_calls), FLAGS.profiled_calls,
+                               FLAGS.top_kernels)))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ def test_summary_sums_per_call_by_op_type_and_node():
 
 
 def test_compare_forms_prints_ratios_to_the_first_form(capsys):
-  compare_forms.FLAGS(["compare_forms", "--workload=linear", "--batch=4", "--rounds=1",
-                       "--forms=hand-batched,vectorize"])
+  compare_forms.FLAGS(["compare_forms", "--cell_workload=linear", "--cell_batch=4",
+                       "--compare_rounds=1", "--cell_forms=hand-batched,vectorize"])
   compare_forms.main([])
   out = capsys.readouterr().out
   assert "hand-batched" in out and "/ hand-batched: wall 1.000" in out
