@@ -35,8 +35,9 @@ def run_sequentially(op, inputs, ctx):
     raise ConversionError(
         f"Op {op.name} ({op.type}) takes or makes a TensorList or other variant that differs "
         "per iteration; it has no vectorized form and cannot run in a sequential loop.")
-  sized = [ragged.first_dim_varies(t.shape) for t in op.outputs]
-  if any(sized) or any(ragged.is_ragged(v) for v in inputs):
+  takes_ragged = any(ragged.is_ragged(v) for v in inputs)
+  sized = [_varying_axes(t.shape, takes_ragged) for t in op.outputs]
+  if any(sized) or takes_ragged:
     ragged.require_dynamic_shapes(op, "a value of the loop that falls back here")
   read = [_reader(v) for v in inputs]
 
@@ -45,27 +46,47 @@ def run_sequentially(op, inputs, ctx):
     if not dtypes:
       with tf.control_dependencies([new_op]):
         return (i + 1,)
-    values = tuple(a.write(i, t) for a, t in zip(arrays, new_op.outputs))
-    lengths = tuple(a.write(i, tf.shape(t, out_type=tf.int32)[0])
-                    for a, t in zip(arrays[len(dtypes):], _sized(new_op.outputs, sized)))
-    return (i + 1,) + values + lengths
+    values = tuple(a.write(i, _merged(t, k)) for a, t, k in zip(arrays, new_op.outputs, sized))
+    sizes = tuple(a.write(i, tf.shape(t, out_type=tf.int32)[:k])
+                  for a, (t, k) in zip(arrays[len(dtypes):], _sized(new_op.outputs, sized)))
+    return (i + 1,) + values + sizes
 
   arrays = tuple(
-      tf.TensorArray(t.dtype, size=ctx.n, element_shape=t.shape, infer_shape=not s)
-      for t, s in zip(op.outputs, sized))
-  arrays += tuple(tf.TensorArray(tf.int32, size=ctx.n, element_shape=[])
-                  for _ in _sized(op.outputs, sized))
+      tf.TensorArray(t.dtype, size=ctx.n, infer_shape=not k,
+                     element_shape=tf.TensorShape([None]).concatenate(t.shape[k:]) if k else
+                     t.shape)
+      for t, k in zip(op.outputs, sized))
+  arrays += tuple(tf.TensorArray(tf.int32, size=ctx.n, element_shape=[k])
+                  for _, k in _sized(op.outputs, sized))
   results = tf.while_loop(lambda i, *_: i < ctx.n, body, (tf.constant(0),) + arrays)
   if not dtypes:
     return results[0].op
-  lengths = iter(results[1 + len(dtypes):])
-  return [ragged.ragged(a.concat(), next(lengths).stack()) if s else
+  sizes = iter(results[1 + len(dtypes):])
+  return [ragged.multi_axis(a.concat(), next(sizes).stack()) if k else
           stacked(_stack(a, t.shape, ctx))
-          for a, t, s in zip(results[1:], op.outputs, sized)]
+          for a, t, k in zip(results[1:], op.outputs, sized)]
+
+
+def _varying_axes(shape, takes_ragged):
+  """How many leading axes of an output of this shape may differ in size per iteration: 1
+  where only the first is unknown; with a ragged input (sizes that differ flow in), up to
+  the last unknown one (`x[None]` of a ragged x: `[1, None, d]`); else 0 (stacked)."""
+  if ragged.first_dim_varies(shape):
+    return 1
+  if not takes_ragged or shape.rank is None or shape.is_fully_defined():
+    return 0
+  return 1 + max(k for k, d in enumerate(shape.as_list()) if d is None)
+
+
+def _merged(tensor, k):
+  """`tensor` with its first k axes merged into one (as a value of k varying axes is held)."""
+  if k <= 1:
+    return tensor
+  return tf.reshape(tensor, tf.concat([[-1], tf.shape(tensor)[k:]], 0))
 
 
 def _sized(outputs, sized):
-  return [t for t, s in zip(outputs, sized) if s]
+  return [(t, k) for t, k in zip(outputs, sized) if k]
 
 
 def _reader(value):

@@ -210,8 +210,17 @@ def output_tensor(value, n, stack):
   if not is_ragged(value):
     return stack(value, n)
   rows = value.tensor
-  return tf.RaggedTensor.from_row_lengths(rows.values, tf.cast(rows.row_lengths, tf.int64),
-                                          validate=False)
+  if rows.dims is None:
+    return tf.RaggedTensor.from_row_lengths(rows.values, tf.cast(rows.row_lengths, tf.int64),
+                                            validate=False)
+  # Several axes of per-iteration size: one ragged dimension each, every row of an axis as
+  # long as its iteration's next size.
+  dims = tf.cast(rows.dims, tf.int64)
+  lengths, counts = [dims[:, 0]], dims[:, 0]
+  for k in range(1, dims.shape[1]):
+    lengths.append(tf.repeat(dims[:, k], counts))
+    counts *= dims[:, k]
+  return tf.RaggedTensor.from_nested_row_lengths(rows.values, lengths, validate=False)
 
 
 def stack_ragged_outputs(flat_values, row_splits):

@@ -130,3 +130,31 @@ def test_body_returning_a_ragged_tensor_equals_ragged_stack(name, n, mode):
     return
   expected = tf.ragged.stack([body(tf.constant(i)) for i in range(n)])
   assert actual.to_list() == expected.to_list()
+
+
+M = tf.reshape(tf.range(40.), [N, 4, 2])
+
+# A ragged value given a leading axis: its size now differs in the second axis, which the
+# fallback keeps as several varying axes (it crashed stacking the iterations' shapes).
+SEVERAL_AXES = {
+    "new_axis": lambda i: M[i][:LIMS[i]][None],
+    "reshaped_with_unit_axes": lambda i: tf.reshape(M[i][:LIMS[i]], [1, -1, 1, 2]),
+    "new_axis_reduced": lambda i: tf.reduce_sum(M[i][:LIMS[i]][None] * 2., [0, 1]),
+    "batch_of_one_through_dense": lambda i: tf.reduce_sum(
+        tf.tensordot(M[i][:LIMS[i]][None], tf.ones([2, 3]), 1)[0], 0),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+@pytest.mark.parametrize("name", sorted(SEVERAL_AXES))
+def test_fallback_keeps_several_axes_of_per_iteration_size(name, n, mode):
+  body = SEVERAL_AXES[name]
+  actual = _run(body, n, mode)
+  expected = [body(tf.constant(i)).numpy() for i in range(n)]
+  if not isinstance(actual, tf.RaggedTensor):
+    np.testing.assert_array_equal(actual, np.stack(expected) if n else actual[:0])
+    return
+  assert int(actual.nrows()) == n
+  for a, e in zip(actual, expected):
+    np.testing.assert_array_equal(a.to_tensor() if isinstance(a, tf.RaggedTensor) else a, e)
