@@ -18,6 +18,7 @@ from tensorflow.python.ops import handle_data_util
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import lists
+from vectorize import options
 from vectorize import ragged
 from vectorize import registry
 from vectorize.context import Report
@@ -142,6 +143,10 @@ def _lookup(env, tensor, user):
 # memory, which a masked conditional could otherwise mix into its lanes; a copied
 # PartitionedCall would have no gradient (TensorFlow attaches it to the op it creates).
 _NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall"])
+# Ops whose output size depends on the data, which XLA (TF 2.21) compiles wrongly even
+# outside any loop: a jit-compiled tf.unique gave an empty result, and tiled it crashed.
+_WRONG_UNDER_XLA = frozenset(["Unique", "UniqueV2", "UniqueWithCounts",
+                              "UniqueWithCountsV2"])
 
 
 def _own_gradient(op):
@@ -180,6 +185,12 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     constants = graph_io.folded(op, tensors)
     if constants is not None:
       return [invariant(t) for t in constants]
+    if op.type in _WRONG_UNDER_XLA and options.static_shapes_wanted():
+      raise ConversionError(
+          f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} under XLA: "
+          "its output's size depends on the data, and XLA computes such an op wrongly (an "
+          "empty result) or crashes. To fix: run without jit_compile, or compute it "
+          "outside the compiled function.")
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   converter = ragged.converter_for(op, inputs, registry.lookup(op.type))

@@ -383,3 +383,17 @@ def test_invariant_inner_loop_tiling_an_invariant_into_a_per_iteration_variable(
       return j + 1, out, out
     return tf.while_loop(lambda j, c, d: j < 0, step, (0, X[i, 0], X[i, 1]))[2]
   testing.check_against_loop(body, 1, mode=mode)
+
+
+def test_unique_of_an_invariant_under_xla_is_a_clear_error():
+  """Fuzz seed 1240049: tf.unique of a loop-invariant value under jit_compile. XLA computes
+  it wrongly by itself (an empty result, no vectorize involved) and crashed the process once
+  the result was tiled; it is refused, while the same pfor without XLA equals the loop."""
+  w = tf.constant([5, 1, 7])
+  body = lambda i: tf.math.cumprod(tf.unique(tf.math.floormod(tf.identity(w), 3))[0])
+  fn = tf.function(lambda ws: vectorize.pfor(
+      lambda i: tf.math.cumprod(tf.unique(tf.math.floormod(ws, 3))[0]), 3,
+      fallback_to_while_loop=False), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="output's size depends on the data"):
+    fn(w)
+  np.testing.assert_array_equal(vectorize.pfor(body, 3), [[2, 2]] * 3)
