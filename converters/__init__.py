@@ -10,6 +10,7 @@ from converters import nn
 from converters import parsing
 from converters import per_row
 from converters import ragged_consumers
+from converters import ragged_layers
 from converters import ragged_images
 from converters import ragged_producers
 from converters import random
