@@ -77,8 +77,7 @@ def _convert_einsum(op):
   """A ragged first operand whose first (ragged) axis is the output's first and no other
   operand's (a projection of each row, as Keras' EinsumDense): the same equation on the
   flat values."""
-  equation = op.attr("equation").decode() if isinstance(op.attr("equation"), bytes) else \
-      op.attr("equation")
+  equation = op.attr("equation").decode()
   inputs, output = equation.replace(" ", "").split("->")
   subscripts = inputs.split(",")
   if (not ragged.is_ragged(op.value(0)) or "." in equation or not subscripts[0] or
