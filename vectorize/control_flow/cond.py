@@ -28,6 +28,7 @@ one; a TensorList one becomes an empty list of the element type the other branch
 
 import tensorflow as tf
 from tensorflow.python.ops import cond_v2
+from tensorflow.python.ops import control_flow_v2_func_graphs
 from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
@@ -156,7 +157,34 @@ def _invariant_choice(op, graphs, choose):
   results = choose([branch_fn(g) for g in graphs])
   if not op.op.outputs:
     return results if isinstance(results, tf.Operation) else tf.group(results)
-  return [Value(t, flag) for t, flag in zip(_as_list(results), flags)]
+  return [Value(_dense_gradient(t) if flag else t, flag)
+          for t, flag in zip(_as_list(results), flags)]
+
+
+def _dense_gradient(t):
+  """`t`, the output of a conditional, reshaped to its own shape inside a while loop, so
+  that its gradient reaches the conditional dense.
+
+  TF 2.21 fails (an AssertionError in cond_v2's `_resolve_grad_inputs`) on the gradient of
+  a loop whose body gathers from a conditional's output of unknown shape: the gather's
+  gradient is an IndexedSlices whose dense shape while_v2 moves into the forward body, out
+  of the conditional gradient's reach. Plain TF code fails the same way; ours must not,
+  since the loop's active set gathers every changing variable (fuzz seed 1220092). The
+  reshape's gradient densifies the IndexedSlices in the loop's own gradient, where the
+  shape is in reach; the reshape itself moves no data.
+  """
+  if (isinstance(t, tf.Tensor) and t.dtype != tf.variant and
+      not t.shape.is_fully_defined() and _in_while_body(t.graph)):
+    return tf.reshape(t, tf.shape(t))
+  return t
+
+
+def _in_while_body(graph):
+  while graph is not None:
+    if isinstance(graph, control_flow_v2_func_graphs.WhileBodyFuncGraph):
+      return True
+    graph = getattr(graph, "outer_graph", None)
+  return False
 
 
 def _list_capacities(op, graphs, arg_flags, flags):

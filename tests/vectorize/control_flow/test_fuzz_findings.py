@@ -122,16 +122,26 @@ def test_gradient_through_pfor_of_a_switch_case_in_a_per_iteration_loop():
   _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: tf.constant(1)))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="control_flow (cond.py / "
-                   "while_loop.py): the Case emitted for a switch_case with an invariant "
-                   "index known at run time only, inside a per-iteration loop: the gradient "
-                   "of its branch captures a Shape that TF's while gradient made in the "
-                   "forward loop body (a gather's gradient), and TF's Case gradient asserts "
-                   "on a capture from neither its own graph nor its outer graph "
-                   "(cond_v2._resolve_grad_inputs); plain TF's loop does not show it")
 def test_gradient_through_pfor_of_a_switch_case_with_a_run_time_index_in_a_loop():
-  """Fuzz seed 100018 (its index is floormod of a captured input)."""
+  """Fuzz seeds 100018, 1220092 (the index is floormod of a captured input). The loop's
+  active set gathers the Case's output, and TF's gradient of a gather from a conditional
+  inside a while loop asserts where the shape is unknown (cond_v2._resolve_grad_inputs; plain
+  TF code with a [None, 3] loop variable fails the same way): the output is reshaped to its
+  own shape, which makes that gradient dense (cond.py `_dense_gradient`)."""
   _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: INDEX6))
+
+
+def test_gradient_through_pfor_of_a_cond_with_a_run_time_predicate_in_a_loop():
+  """The same for tf.cond (an If): its output gathered by the loop's active set."""
+  def make_body(x):
+    def body(i):
+      xi = x[i]
+
+      def step(j, c):
+        return j + 1, tf.cond(INDEX6 > 0, lambda: c * 2.0, lambda: c * 3.0)
+      return tf.while_loop(lambda j, c: j < TRIPS6[i], step, (0, xi))[1]
+    return body
+  _check_loop_gradient(make_body)
 
 
 def _check_loop_gradient(make_body):
