@@ -212,13 +212,13 @@ def test_ops_under_masked_control_flow_xla(body):
   _check(body, mode="xla", tol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="control_flow/cond.py stitches branch outputs of "
-                   "different shapes without a clear error (repro for agent A)")
 def test_branches_giving_different_shapes_name_the_problem():
   """rot90 of a non-square image by a per-image number of turns: the branches give [w, h]
   and [h, w], which cannot be stacked (the loop cannot either). The error should say that
   iterations give different shapes, not a DynamicStitch shape error."""
-  with pytest.raises(ValueError, match="iteration"):
+  with pytest.raises(vectorize.ConversionError,
+                     match=r"(?s)conditional.*test_image.py:\d+.*\(10, 8, 3\) or \(8, 10, 3\).*"
+                           r"iterations.*different shapes.*To fix: make every branch"):
     vectorize.pfor(lambda i: tf.image.rot90(IMAGES[i], TURNS[i]), 4,
                    fallback_to_while_loop=False)
 

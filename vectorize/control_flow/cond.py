@@ -37,7 +37,7 @@ from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
 from vectorize.control_flow import active_set
-from vectorize.errors import Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stack
 
@@ -248,6 +248,8 @@ def _sizes_by_branch(op, graphs):
   sized = []
   for k, outs in enumerate(zip(*[g.outputs for g in graphs])):
     shapes = [t.shape for t in outs]
+    _check_same_later_axes(op, k, [t.shape for t in outs
+                                   if _through_identity(t).op.type != "FakeParam"])
     if any(s.rank in (None, 0) or not s[1:].is_fully_defined() for s in shapes):
       continue
     firsts = {s[0] for s in shapes}
@@ -258,6 +260,26 @@ def _sizes_by_branch(op, graphs):
             "on the branch taken, and static shapes (XLA) cannot hold per-iteration sizes")
       sized.append(k)
   return sized
+
+
+def _check_same_later_axes(op, k, shapes):
+  """Raises where the branches' output `k` has statically different sizes past its first
+  axis (rot90 by a per-iteration number of turns: [h, w] or [w, h]), which the merge would
+  meet as a DynamicStitch shape error."""
+  known = [s for s in shapes if s.rank is not None]
+  if len({s.rank for s in known}) > 1:
+    differ = True
+  else:
+    differ = any(len({s[a] for s in known} - {None}) > 1
+                 for a in range(1, known[0].rank if known else 0))
+  if differ:
+    raise ConversionError(
+        f"Cannot vectorize the conditional {op.op.name!r}{walker.user_location(op.op)}: "
+        f"its output {k} has shape {' or '.join(str(s) for s in shapes)} depending on the "
+        "branch taken, so iterations that take different branches give values of different "
+        "shapes, which a conditional cannot merge (they would be ragged past their first "
+        "axis). To fix: make every branch return the same shape (pad, crop or resize to a "
+        "common one).")
 
 
 def _merge_sizes(parts, outputs):
