@@ -169,7 +169,21 @@ def _convert_tensor_list_stack(op):
   """`[n, length] + element_shape`: the per-iteration lengths are equal where stacking is
   meaningful (the sequential result would be ragged otherwise)."""
   dense = _dense(op, 0)
-  return stacked(dense.buffer[:, :_common_length(op, dense, op.output_shape(0)[0])])
+  length = _common_length(op, dense, op.output_shape(0)[0])
+  return stacked(_at_least(dense.buffer, length)[:, :length])
+
+
+def _at_least(buffer, length):
+  """`buffer` padded to a capacity of `length` where its capacity is smaller or unknown. Only
+  at n = 0 may a list hold fewer items than the graph says it stacks (the gradient of
+  `TensorArray.unstack` sized by lengths that no iteration gives: fuzz seed 1240146); any
+  other iteration would fail as the loop does."""
+  capacity = buffer.shape[1] if buffer.shape.rank else None
+  if not isinstance(length, int) or (capacity is not None and capacity >= length):
+    return buffer
+  missing = (length - capacity if capacity is not None else
+             tf.maximum(length - tf.shape(buffer)[1], 0))   # a Pad of nothing moves no data
+  return tf.pad(buffer, [[0, 0], [0, missing]] + [[0, 0]] * (buffer.shape.rank - 2))
 
 
 @register("TensorListConcatV2")
