@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from converters.ragged_producers import tile_per_iteration, unique_rows
+from vectorize import indexing
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
@@ -262,23 +263,31 @@ def _convert_dynamic_stitch(op):
   return ragged.ragged(out, sizes)
 
 
-@ragged.register("Cumsum")
-def _convert_cumsum(op):
-  """Along the first axis, integers: the flat cumulative sum less what earlier iterations
-  added (exact); floats: each iteration's rows laid into one padded `[n, longest]` block,
-  summed along it and read back (the same additions as per iteration: padding adds zeros
-  after a row, or before it in reverse). Later axes: on the flat values."""
+@ragged.register("Cumsum", "Cumprod")
+def _convert_cumulative(op):
+  """Along the first axis: integer sums, the flat cumulative sum less what earlier
+  iterations added (exact); otherwise each iteration's rows laid into one padded
+  `[n, longest]` block, accumulated along it and read back (the same operations as per
+  iteration: the padding, after each row, holds the identity, 0 or 1, which a reverse
+  accumulation meets first). Later axes: on the flat values."""
   rows = op.value(0).tensor
   axis = int(op.static_value(1)) % values.rank(rows.values)
   if axis:
     return ragged.same_rows(op.rebuild([rows.values, op.invariant(1)])[0], rows)
-  if not rows.dtype.is_integer:
-    where = tf.stack([rows.row_ids, rows.positions], 1)
-    longest = tf.reduce_max(tf.concat([[0], rows.row_lengths], 0))
-    block = tf.scatter_nd(where, rows.values, tf.concat(
-        [[op.ctx.n, longest], tf.shape(rows.values)[1:]], 0))
-    summed = op.rebuild([block, tf.constant(1, op.op.inputs[1].dtype)])[0]
-    return ragged.same_rows(tf.gather_nd(summed, where), rows)
+  if op.type == "Cumsum" and rows.dtype.is_integer:
+    return _integer_cumsum_along_rows(op, rows)
+  where = tf.stack([rows.row_ids, rows.positions], 1)
+  longest = tf.reduce_max(tf.concat([[0], rows.row_lengths], 0))
+  shape = tf.concat([[op.ctx.n, longest], tf.shape(rows.values)[1:]], 0)
+  if op.type == "Cumsum":
+    block = tf.scatter_nd(where, rows.values, shape)
+  else:
+    block = indexing.tensor_scatter_nd_update(tf.ones(shape, rows.dtype), where, rows.values)
+  accumulated = op.rebuild([block, tf.constant(1, op.op.inputs[1].dtype)])[0]
+  return ragged.same_rows(tf.gather_nd(accumulated, where), rows)
+
+
+def _integer_cumsum_along_rows(op, rows):
   flat = op.rebuild([rows.values, op.invariant(1)])[0]
   whole = tf.math.unsorted_segment_sum(rows.values, rows.row_ids, op.ctx.n)
   if op.attr("reverse"):
@@ -286,6 +295,39 @@ def _convert_cumsum(op):
   else:
     before = tf.cumsum(whole, exclusive=True)
   return ragged.same_rows(flat - tf.gather(before, rows.row_ids), rows)
+
+
+@ragged.register("ReverseV2")
+def _convert_reverse(op):
+  """Later axes: on the flat values. The first axis: each iteration's rows read back to
+  front, from its own first row."""
+  rows = op.value(0).tensor
+  rank = values.rank(rows.values)
+  if op.is_stacked(1) or op.static_value(1) is None:
+    raise Unvectorizable("reversing along axes known at run time only")
+  axes = {int(a) % rank for a in np.reshape(op.static_value(1), [-1])}
+  flat = rows.values
+  later = sorted(axes - {0})
+  if later:
+    flat = tf.reverse(flat, later)
+  if 0 in axes:
+    last = tf.gather(rows.row_starts + rows.row_lengths - 1, rows.row_ids)
+    flat = tf.gather(flat, last - rows.positions)
+  return ragged.same_rows(flat, rows)
+
+
+@ragged.register("Pack")
+def _convert_pack(op):
+  """tf.stack of ragged values as long as each other in every iteration (checked), along
+  a later axis: on the flat values. Along the first axis the ragged axis would move."""
+  axis = op.attr("axis") % (values.rank(op.op.outputs[0]))
+  if axis == 0:
+    raise Unvectorizable("stacking along a new first axis would move the ragged axis")
+  if not all(ragged.is_ragged(v) for v in op.inputs):
+    raise Unvectorizable("stacking ragged and per-iteration values")
+  rows, checks = _common_rows(op)
+  with tf.control_dependencies(checks):
+    return ragged.same_rows(tf.stack([v.tensor.values for v in op.inputs], axis), rows)
 
 
 @ragged.register("DenseBincount")

@@ -10,6 +10,7 @@ iteration would make per-iteration output shapes differ, so they raise Unvectori
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import tensor_util
 
 from converters import ragged_producers
 from vectorize import values
@@ -414,6 +415,59 @@ def _convert_broadcast_args(op):
     padded.append(tf.concat([ones, v.tensor], -1))
   a, b = padded
   return stacked(tf.where(tf.equal(a, 1), b, a))
+
+
+@register("BroadcastGradientArgs")
+def _convert_broadcast_gradient_args(op):
+  """The axes each operand's gradient sums over, where the shapes differ per iteration (a
+  ragged operand broadcast against another: `x[L, d] * m[L, 1]`), known at trace time as
+  the gradient's reductions need. They depend only on which dims are 1: the op runs on one
+  shape per operand standing for every iteration, with a 1 where the graph knows the dim is
+  1, else a 2. Where both operands are 1 in some iteration the op's own answer may differ,
+  but a sum over an axis of size 1 then reshaped to the operand's shape does not: so only
+  where every use is that (a gradient's `reshape(reduce_sum(g, axes), shape)`). An iteration
+  where an operand the graph does not know to be 1 is 1 against another that is not would
+  need other axes: checked at run time.
+  """
+  if not _summed_then_reshaped(op.op):
+    raise Unvectorizable("per-iteration shapes whose reduction axes may differ per iteration, "
+                         "used other than by a gradient's sum and reshape")
+  known = [tensor_util.constant_value_as_shape(op.op.inputs[i]) for i in range(2)]
+  if any(k.rank is None for k in known):
+    raise Unvectorizable("BroadcastGradientArgs needs shape vectors of known length")
+  lengths = [k.rank for k in known]
+  length = max(lengths)
+  standing = [[1 if d == 1 else 2 for d in k.as_list()] for k in known]
+  ones = []
+  for i in range(2):
+    v = op.value(i)
+    shape = v.tensor if v.stacked else tf.broadcast_to(v.tensor, [op.ctx.n, lengths[i]])
+    padding = tf.ones(tf.stack([op.ctx.n, length - lengths[i]]), shape.dtype)
+    ones.append(tf.equal(tf.concat([padding, shape], 1), 1))     # [n, length]
+  assumed_not_one = [np.array([1] * (length - lengths[i]) + standing[i]) == 2
+                     for i in range(2)]
+  wrong = tf.reduce_any([ones[i] & assumed_not_one[i] & tf.logical_not(ones[1 - i])
+                         for i in range(2)])
+  tf.debugging.Assert(tf.logical_not(wrong), [
+      f"vectorize: {op.op.name}: an operand is broadcast (size 1) along an axis in some "
+      "iterations only, where the graph does not know its size; give that axis a static "
+      "size (tf.ensure_shape) or broadcast explicitly (tf.broadcast_to)"])
+  with tf.init_scope():
+    axes = tf.raw_ops.BroadcastGradientArgs(
+        s0=tf.constant(standing[0], op.op.inputs[0].dtype),
+        s1=tf.constant(standing[1], op.op.inputs[1].dtype))
+  return [values.invariant(tf.constant(a.numpy())) for a in axes]
+
+
+def _summed_then_reshaped(op):
+  """Whether every use of op's outputs is a Sum over them whose every use is a Reshape."""
+  for t in op.outputs:
+    for sum_op in t.consumers():
+      if sum_op.type != "Sum" or sum_op.inputs[1] is not t:
+        return False
+      if not all(c.type == "Reshape" for c in sum_op.outputs[0].consumers()):
+        return False
+  return True
 
 
 def _shape_like(op, shape):

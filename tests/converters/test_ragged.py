@@ -136,6 +136,15 @@ BODIES = {
     "squeeze": lambda i: tf.squeeze(tf.where(X[i] > 0), 1),
     "expand_dims": lambda i: tf.expand_dims(tf.range(LIMS[i]), -1),
     "cumsum_float": lambda i: tf.cumsum(_positive(i) * 0.1 + 1e-3),
+    "cumprod": lambda i: tf.math.cumprod(_positive(i) - 0.5),
+    "cumprod_ints_reverse_exclusive": lambda i: tf.math.cumprod(
+        tf.range(LIMS[i]) % 3 + 1, exclusive=True, reverse=True),
+    "cumprod_later_axis": lambda i: tf.math.cumprod(_rows(i), axis=1),
+    "reverse_ragged_axis": lambda i: tf.reverse(_rows(i), [0]),
+    "reverse_both_axes": lambda i: tf.reverse(_rows(i), [-1, 0]),
+    "reverse_later_axis": lambda i: tf.reverse(_rows(i), [1]),
+    "stack_later_axis": lambda i: tf.stack([_positive(i), _positive(i) * 2.], axis=1),
+    "stack_rows_last_axis": lambda i: tf.stack([_rows(i), -_rows(i)], axis=-1),
     "cumsum_float_reverse_exclusive": lambda i: tf.cumsum(_rows(i) * 0.3, exclusive=True,
                                                           reverse=True),
     "ragged_range_values": lambda i: tf.ragged.range(XI[i, :3], XI[i, 1:] + 2).flat_values,
@@ -286,6 +295,39 @@ def test_gradient_through_ragged_values_inside_the_body(mode):
   np.testing.assert_allclose(_run(body, N, mode), expected, rtol=1e-6)
 
 
+def _sequence_loss(x):
+  """Reverse, running product and stack of each example's positive entries (a ragged axis)."""
+  kept = tf.boolean_mask(x, x > 0)
+  pairs = tf.stack([tf.reverse(kept, [0]), tf.math.cumprod(kept * 0.5 + 0.5)], axis=1)
+  weights = tf.cast(tf.range(tf.size(kept))[:, None] + 1, tf.float32) * tf.constant([1., -2.])
+  return tf.reduce_sum(pairs * weights)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_through_reverse_cumprod_and_stack_inside_the_body(mode):
+  def body(i):
+    xi = X[i]
+    with tf.GradientTape() as tape:
+      tape.watch(xi)
+      loss = _sequence_loss(xi)
+    return tf.convert_to_tensor(tape.gradient(loss, xi))
+
+  expected = np.stack([body(tf.constant(i)).numpy() for i in range(N)])
+  np.testing.assert_allclose(_run(body, N, mode), expected, rtol=1e-6)
+
+
+def test_gradient_of_pfor_through_reverse_cumprod_and_stack():
+  with tf.GradientTape() as tape:
+    tape.watch(X)
+    vectorized = vectorize.pfor(lambda i: _sequence_loss(X[i]), N, fallback_to_while_loop=False)
+  with tf.GradientTape() as tape2:
+    tape2.watch(X)
+    loop = tf.stack([_sequence_loss(X[i]) for i in range(N)])
+  np.testing.assert_allclose(vectorized, loop, rtol=1e-6)
+  np.testing.assert_allclose(tf.convert_to_tensor(tape.gradient(vectorized, X)),
+                             tf.convert_to_tensor(tape2.gradient(loop, X)), rtol=1e-6)
+
+
 def test_gradient_of_pfor_through_ragged_values():
   def gradient(fn):
     with tf.GradientTape() as tape:
@@ -370,3 +412,32 @@ def test_prefix_of_per_iteration_length_under_xla_is_a_clear_error():
 def test_argmax_over_an_empty_axis_is_an_error():
   with pytest.raises(tf.errors.InvalidArgumentError, match="ArgMax over an empty axis"):
     vectorize.pfor(lambda i: tf.argmax(_positive(i)), N, fallback_to_while_loop=False)
+
+
+def test_broadcast_in_some_iterations_only_is_an_error_in_the_gradient():
+  """The gradient's BroadcastGradientArgs runs once for all iterations: an operand of
+  per-iteration length that is 1 (broadcast) in one iteration only is an error (the forward
+  product's check catches it first), not a sum over the wrong axes."""
+  def body(i):
+    a = tf.cast(tf.range(LIMS[i]), tf.float32)
+    b = tf.cast(tf.range(tf.where(LIMS[i] == 2, 1, LIMS[i])), tf.float32) + 1.
+    with tf.GradientTape() as tape:
+      tape.watch(b)
+      y = tf.reduce_sum(a * b)
+    return tape.gradient(y, b)
+
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="different sizes in the same iteration|some iterations only"):
+    vectorize.pfor(body, N, fallback_to_while_loop=False)
+
+
+def test_broadcast_gradient_of_equal_per_iteration_lengths():
+  def body(i):
+    a = tf.cast(tf.range(LIMS[i]), tf.float32)[:, None]
+    b = tf.cast(tf.range(LIMS[i]), tf.float32)[:, None] * tf.constant([[1., 2.]])
+    with tf.GradientTape() as tape:
+      tape.watch([a, b])
+      y = tf.reduce_sum(a * b * a)
+    return tape.gradient(y, [a, b])
+  for n in (N, 0):
+    assert_equal_to_loop(_run(body, n, "function"), _reference(body, n))

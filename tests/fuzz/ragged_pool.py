@@ -158,9 +158,17 @@ class RaggedPool:
       return self.emit(f"tf.ensure_shape(tf.pad({{0}}[:{k}], [[0, {k} - tf.shape({{0}}[:{k}])"
                        f"[0]]{zeros}]), {[k] + list(rest)})", [a.name], (k,) + rest, a.dtype,
                        "ragged_pad_to", a.exact)
-    if r < 0.84:
+    if r < 0.81:
       form = self.rng.choice(["{0}[1:]", "{0}[::-1]", "{0}[:2]", "tf.reverse({0}, [0])"])
       return self.emit(form, [a.name], a.shape, a.dtype, "ragged_slice", a.exact)
+    if r < 0.84:
+      # A later-axis stack (the ragged axis stays first), or a reverse of every axis.
+      if self.rng.random() < 0.5:
+        return self.emit("tf.stack([{0}, {0} + {0}], axis=1)", [a.name],
+                         (None, 2) + rest, a.dtype, "ragged_stack", a.exact)
+      axes = list(range(len(a.shape)))
+      return self.emit(f"tf.reverse({{0}}, {axes[::-1]})", [a.name], a.shape, a.dtype,
+                       "ragged_reverse", a.exact)
     if r < 0.9 and a.dtype == INT and len(a.shape) == 1:
       return self.emit("tf.math.bincount(tf.math.floormod({0}, 4), minlength=4, "
                        "maxlength=4)", [a.name], (4,), INT, "ragged_bincount")
