@@ -144,9 +144,11 @@ def _lookup(env, tensor, user):
 # PartitionedCall would have no gradient (TensorFlow attaches it to the op it creates).
 _NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall"])
 # Ops whose output size depends on the data, which XLA (TF 2.21) compiles wrongly even
-# outside any loop: a jit-compiled tf.unique gave an empty result, and tiled it crashed.
+# outside any loop: a jit-compiled tf.unique gave an empty result, and tiled it crashed; a
+# tf.boolean_mask (Where) result given to every iteration came back with a garbage shape
+# (fuzz seed 1260067), and plain XLA code gathering from an empty one aborts the process.
 _WRONG_UNDER_XLA = frozenset(["Unique", "UniqueV2", "UniqueWithCounts",
-                              "UniqueWithCountsV2"])
+                              "UniqueWithCountsV2", "Where"])
 
 
 def _own_gradient(op):
@@ -188,9 +190,9 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     if op.type in _WRONG_UNDER_XLA and options.static_shapes_wanted():
       raise ConversionError(
           f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} under XLA: "
-          "its output's size depends on the data, and XLA computes such an op wrongly (an "
-          "empty result) or crashes. To fix: run without jit_compile, or compute it "
-          "outside the compiled function.")
+          "its output's size depends on the data, and XLA computes such values wrongly (an "
+          "empty result, a garbage shape) or crashes. To fix: run without jit_compile, or "
+          "compute it outside the compiled function.")
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   converter = ragged.converter_for(op, inputs, registry.lookup(op.type))

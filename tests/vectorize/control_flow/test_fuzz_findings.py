@@ -407,3 +407,20 @@ def test_unique_of_an_invariant_under_xla_is_a_clear_error():
   with pytest.raises(vectorize.ConversionError, match="output's size depends on the data"):
     fn(w)
   np.testing.assert_array_equal(vectorize.pfor(body, 3), [[2, 2]] * 3)
+
+
+V11 = tf.Variable([-0.3])
+
+
+def test_boolean_mask_of_an_invariant_under_xla_is_a_clear_error():
+  """Fuzz seeds 1260067, 1240109: tf.boolean_mask of a loop-invariant value (a variable's
+  value) under jit_compile, given to every iteration, came back with a garbage shape
+  ((21862, 646229280) for (1, 0)) or a dynamic_padder RET_CHECK; XLA miscompiles such
+  data-dependent sizes by itself too (a gather from an empty one aborts the process). It is
+  refused, while the same pfor without XLA equals the loop."""
+  body = lambda i: tf.boolean_mask(tf.identity(V11), tf.identity(V11) > 0.0)
+  fn = tf.function(lambda: vectorize.pfor(body, 1, fallback_to_while_loop=False),
+                   jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="Where.*output's size depends on the data"):
+    fn()
+  testing.check_against_loop(body, 2)
