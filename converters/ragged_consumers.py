@@ -465,9 +465,11 @@ def _convert_strided_slice(op):
   strides = op.static_value(3)
   masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
                                             "new_axis_mask", "shrink_axis_mask")}
-  if op.is_stacked(1) or op.is_stacked(2):
+  run_time = any(op.is_stacked(k) or tf.get_static_value(op.invariant(k)) is None
+                 for k in (1, 2))
+  if run_time:       # per-iteration bounds, or loop-invariant ones known at run time only
     if np.size(strides) != 1 or masks["ellipsis_mask"] or masks["new_axis_mask"]:
-      raise Unvectorizable("per-iteration bounds of a slice of several axes")
+      raise Unvectorizable("bounds known at run time only of a slice of several axes")
     begin = end = None
     first_begin, first_end = (tf.cast(op.stacked(k)[:, 0], tf.int32) for k in (1, 2))
   else:

@@ -14,9 +14,11 @@ only where every use of the value has a converter for them (`register_multi_axis
 in ops whose output the graph knows whole (a resize to a fixed size): the producer
 (`register_multi_axis_producer`) is chosen by looking at the uses first
 (`_multi_axis_uses_only`). Elsewhere such a value stays with its dense converter. The other
-axes (`rest`) are the same in every iteration. Conditionals and loops do not carry ragged
-values: an op with a ragged input and no ragged converter (an If, a While, a MatMul) falls
-back, or is a `ConversionError` naming the op when the fallback is off.
+axes (`rest`) are the same in every iteration. A while loop reads a ragged value that it
+passes through unchanged (`take_iterations` gives each step its live iterations); otherwise
+conditionals and loops do not carry ragged values: an op with a ragged input and no ragged
+converter (an If, a MatMul of two ragged values) falls back, or is a `ConversionError`
+naming the op when the fallback is off.
 
 A ragged value is a stacked `Value` whose tensor is a `RaggedRows`. Converters never meet
 one unawares: an op with a ragged input goes to the converter registered here for its type
@@ -128,6 +130,16 @@ def multi_axis(values, dims):
     return ragged(values, dims[:, 0])
   dims = tf.cast(dims, tf.int32)
   return Value(RaggedRows(values, tf.reduce_prod(dims, 1), dims), True)
+
+
+def take_iterations(value, positions):
+  """The ragged Value of the iterations at `positions` (`[m]` of value's n, repeats
+  allowed): a loop's live ones, each one's rows read from where they lie."""
+  rows = value.tensor
+  lengths = tf.gather(rows.row_lengths, positions)
+  taken = RaggedRows(rows.values, lengths)        # the new layout's row ids and positions
+  index = tf.gather(tf.gather(rows.row_starts, positions), taken.row_ids) + taken.positions
+  return ragged(tf.gather(rows.values, index), lengths)
 
 
 def is_ragged(value):

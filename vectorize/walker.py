@@ -82,9 +82,13 @@ def output_flags(graph, input_flags, ctx):
   return [v.stacked for v in dry_run(graph, input_flags, ctx)]
 
 
+# An input flag of `dry_run`: the input is ragged (its placeholder too).
+RAGGED = "ragged"
+
+
 def dry_run(graph, input_flags, ctx, outputs=None):
   """The output Values of `graph` (or of `outputs`, tensors of it) converted in a scratch
-  graph (read flags and shapes only).
+  graph (read flags and shapes only). A flag is True (stacked), False or RAGGED.
 
   Converts `graph` once, on placeholders shaped like its inputs (with a loop axis where
   stacked). Control flow uses it to decide the stackedness of branch outputs and loop
@@ -94,6 +98,10 @@ def dry_run(graph, input_flags, ctx, outputs=None):
   with scratch.as_default():
     inputs = []
     for t, flag in zip(graph.inputs, input_flags):
+      if flag is RAGGED:
+        inputs.append(ragged.ragged(tf.compat.v1.placeholder(t.dtype, t.shape),
+                                    tf.compat.v1.placeholder(tf.int32, [ctx.static_n])))
+        continue
       if flag and t.dtype == tf.variant:
         inputs.append(Value(lists.placeholder(t, ctx.static_n), True))
         continue
@@ -106,7 +114,7 @@ def dry_run(graph, input_flags, ctx, outputs=None):
     dry_ctx = dataclasses.replace(
         ctx, n=n, indices=tf.compat.v1.placeholder(tf.int32, [ctx.static_n]),
         fallback_allowed=True, report=Report())
-    converted, _ = convert_graph(graph, inputs, dry_ctx, outputs)
+    converted, _ = convert_graph(graph, inputs, dry_ctx, outputs, ragged_outputs=True)
   return converted
 
 

@@ -38,6 +38,16 @@ _TABLE = tf.lookup.StaticHashTable(
     tf.lookup.KeyValueTensorInitializer(["a", "bc", "g", "kbk"], [1, 2, 3, 4]), -1)
 
 
+def _loop_over_rows(rows):
+  """A recurrence over each example's own rows (a ragged sequence the loop only reads)."""
+  def step(t, h):
+    return t + 1, tf.tanh(tf.linalg.matvec(W33, h) + rows[t])
+  return tf.while_loop(lambda t, h: t < tf.shape(rows)[0], step, (0, tf.zeros([3])))[1]
+
+
+W33 = tf.constant([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [-0.1, 0.2, 0.7]])
+
+
 def _partition_and_stitch(data, partitions):
   """The conditional pattern of a vectorized tf.cond: split by branch, run, merge back."""
   positions = tf.dynamic_partition(tf.range(tf.size(partitions)), partitions, 2)
@@ -140,6 +150,11 @@ BODIES = {
     "cumprod_ints_reverse_exclusive": lambda i: tf.math.cumprod(
         tf.range(LIMS[i]) % 3 + 1, exclusive=True, reverse=True),
     "cumprod_later_axis": lambda i: tf.math.cumprod(_rows(i), axis=1),
+    "slice_run_time_invariant_end": lambda i: _rows(i)[:tf.reduce_min(FOURS) - 2],
+    "loop_over_rows": lambda i: _loop_over_rows(_rows(i)),
+    "loop_over_tokens_fixed_trips": lambda i: tf.while_loop(
+        lambda t, acc: t < 3, lambda t, acc: (t + 1, acc + tf.reduce_sum(_positive(i)) * 2.),
+        (0, 0.))[1],
     "reverse_ragged_axis": lambda i: tf.reverse(_rows(i), [0]),
     "reverse_both_axes": lambda i: tf.reverse(_rows(i), [-1, 0]),
     "reverse_later_axis": lambda i: tf.reverse(_rows(i), [1]),
@@ -326,6 +341,49 @@ def test_gradient_of_pfor_through_reverse_cumprod_and_stack():
   np.testing.assert_allclose(vectorized, loop, rtol=1e-6)
   np.testing.assert_allclose(tf.convert_to_tensor(tape.gradient(vectorized, X)),
                              tf.convert_to_tensor(tape2.gradient(loop, X)), rtol=1e-6)
+
+
+def _rnn_loss(x, i):
+  return tf.reduce_sum(tf.square(_loop_over_rows(x[:LIMS[i] % 4])))
+
+
+@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason="while_loop.py: the "
+                   "loop's gradient carries the sequence's gradient, a ragged variable the "
+                   "loop changes, which the loop does not carry yet")
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_of_a_loop_over_a_ragged_sequence_inside_the_body(mode):
+  def body(i):
+    xi = M[i]
+    with tf.GradientTape() as tape:
+      tape.watch([xi, W33])
+      loss = _rnn_loss(xi, i)
+    return [tf.convert_to_tensor(g) for g in tape.gradient(
+        loss, [xi, W33], unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+
+  expected = [np.stack(g) for g in zip(*[[t.numpy() for t in body(tf.constant(i))]
+                                         for i in range(N)])]
+  for got, want in zip(_run(body, N, mode), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_of_pfor_through_a_loop_over_a_ragged_sequence():
+  def gradient(fn):
+    with tf.GradientTape() as tape:
+      tape.watch([M, W33])
+      y = tf.reduce_sum(fn())
+    return [tf.convert_to_tensor(g) for g in tape.gradient(y, [M, W33])]
+
+  vectorized = gradient(lambda: vectorize.pfor(lambda i: _rnn_loss(M[i], i), N,
+                                               fallback_to_while_loop=False))
+  loop = gradient(lambda: tf.stack([_rnn_loss(M[i], i) for i in range(N)]))
+  for a, b in zip(vectorized, loop):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_loop_over_a_ragged_sequence_under_xla_is_a_clear_error():
+  with pytest.raises(vectorize.ConversionError, match="XLA"):
+    tf.function(lambda: vectorize.pfor(lambda i: _loop_over_rows(_rows(i)), N,
+                                       fallback_to_while_loop=False), jit_compile=True)()
 
 
 def test_gradient_of_pfor_through_ragged_values():

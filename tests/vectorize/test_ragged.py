@@ -31,14 +31,15 @@ def _run(body, n, mode, fallback=True):
 
 
 FALLBACK_BODIES = {
-    # Cumprod has no ragged converter: it runs row by row on the ragged value.
-    "cumprod_of_ragged": lambda i: tf.math.cumprod(_positive(i)),
+    # CumulativeLogsumexp has no ragged converter: it runs row by row on the ragged value.
+    "cumulative_logsumexp_of_ragged": lambda i: tf.math.cumulative_logsumexp(_positive(i)),
     # StringSplitV2 has no converter: the fallback's outputs differ in size per iteration.
     "string_split": lambda i: tf.strings.split(STRINGS[i]),
     # A conditional whose branches give different sizes falls back whole.
     "cond_of_sizes": lambda i: tf.cond(FLAGS[i], lambda: tf.range(LIMS[i]),
                                        lambda: tf.range(2)),
-    "fallback_then_converted": lambda i: tf.reduce_sum(tf.math.cumprod(_positive(i)) * 2.),
+    "fallback_then_converted": lambda i: tf.reduce_sum(
+        tf.math.cumulative_logsumexp(_positive(i)) * 2.),
 }
 
 
@@ -51,8 +52,8 @@ def test_fallback_gives_ragged_values(name, n, mode):
 
 
 def test_op_without_ragged_converter_names_the_reason():
-  with pytest.raises(vectorize.ConversionError, match=r"Cumprod.*\(ragged\)"):
-    _run(FALLBACK_BODIES["cumprod_of_ragged"], N, "eager", fallback=False)
+  with pytest.raises(vectorize.ConversionError, match=r"CumulativeLogsumexp.*\(ragged\)"):
+    _run(FALLBACK_BODIES["cumulative_logsumexp_of_ragged"], N, "eager", fallback=False)
 
 
 def test_cond_consuming_a_ragged_value_stays_vectorized():
@@ -62,7 +63,8 @@ def test_cond_consuming_a_ragged_value_stays_vectorized():
 
 
 def test_fallback_of_sizes_under_xla_is_a_clear_error():
-  fn = tf.function(lambda: vectorize.pfor(FALLBACK_BODIES["cumprod_of_ragged"], N, warn=False),
+  fn = tf.function(lambda: vectorize.pfor(FALLBACK_BODIES["cumulative_logsumexp_of_ragged"], N,
+                                       warn=False),
                    jit_compile=True)
   with pytest.raises(vectorize.ConversionError, match="XLA needs static shapes"):
     fn()

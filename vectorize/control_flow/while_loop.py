@@ -26,30 +26,75 @@ import tensorflow as tf
 
 from vectorize import graph_io
 from vectorize import lists
+from vectorize import ragged
 from vectorize import walker
 from vectorize.control_flow import active_set
-from vectorize.errors import ConversionError
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.registry import register
 from vectorize.values import Value, stack
 
 
 @register("While", "StatelessWhile")
+@ragged.register("While", "StatelessWhile")
 def _convert_while(op):
   cond_graph = graph_io.function_graph(op.op, "cond")
   body_graph = graph_io.function_graph(op.op, "body")
   body = _Body(body_graph, _live_outputs(op, cond_graph, body_graph))
   _check_static_list_growth(op, body)
-  flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body)
+  reads = _ragged_reads(op, body)
+  flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body, reads)
   ctx = op.ctx
   init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
           for v, f, shape in zip(op.inputs, flags, element_shapes)]
+  for k in reads.values:
+    init[k] = Value(reads.stand_in(op, k), False)
+  flags = [f and k not in reads.values for k, f in enumerate(flags)]
   if not cond_stacked:
-    return _invariant_loop(op, cond_graph, body, init, flags)
-  # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
-  # at all n lanes, which only the masked strategy does.
-  carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
-  strategy = active_set.Masked() if carries_lists else ctx.active_set
-  return _stacked_loop(op, cond_graph, body, init, flags, strategy)
+    results = _invariant_loop(op, cond_graph, body, init, flags, reads)
+  else:
+    # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
+    # at all n lanes, which only the masked strategy does.
+    carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
+    strategy = active_set.Masked() if carries_lists else ctx.active_set
+    results = _stacked_loop(op, cond_graph, body, init, flags, strategy, reads)
+  return [reads.values.get(k, v) for k, v in enumerate(results)]
+
+
+class _RaggedReads:
+  """The loop variables of a per-iteration size (ragged) that the body only reads (a
+  sequence the loop steps through): kept out of the loop's state, each step reads the
+  iterations it runs from the value outside, and they leave the loop as they entered."""
+
+  def __init__(self, values):
+    self.values = values      # {loop variable index: ragged Value}
+
+  def stand_in(self, op, k):
+    """An empty tensor standing for variable k in the loop's state."""
+    shape = op.op.outputs[k].shape
+    dims = [0] if shape.rank is None else [0 if d is None else d for d in shape.as_list()]
+    return tf.zeros(dims, op.op.outputs[k].dtype)
+
+  def at(self, rows):
+    """{k: ragged variable k at the iterations `rows`}."""
+    return {k: ragged.take_iterations(v, rows) for k, v in self.values.items()}
+
+  def into(self, values, taken=None):
+    """`values` with the ragged variables: all iterations, or those `taken` (`at`)."""
+    values = list(values)
+    for k, v in (self.values if taken is None else taken).items():
+      values[k] = v
+    return values
+
+
+def _ragged_reads(op, body):
+  ragged_inputs = {k: v for k, v in enumerate(op.inputs) if ragged.is_ragged(v)}
+  for k in ragged_inputs:
+    if not body.passes_through(k):
+      raise Unvectorizable(f"loop variable {k} has a different size in every iteration "
+                           "(ragged) and the loop changes it")
+    if ragged.is_multi_axis(ragged_inputs[k]):
+      raise Unvectorizable(f"loop variable {k} differs per iteration in several axes")
+  return _RaggedReads(ragged_inputs)
 
 
 class _Body:
@@ -94,11 +139,11 @@ def _reads(outputs, control_outputs):
   return {t.ref() for o in ops for t in o.inputs} | {t.ref() for t in outputs}
 
 
-def _loop_flags(op, cond_graph, body):
+def _loop_flags(op, cond_graph, body, reads):
   """The stacked flag of each loop variable, whether the condition is stacked, and the
   element shape of each stacked TensorList variable as the body writes it (or None)."""
   passthrough = [body.passes_through(k) for k in range(len(op.inputs))]
-  flags = [v.stacked for v in op.inputs]
+  flags = [walker.RAGGED if k in reads.values else v.stacked for k, v in enumerate(op.inputs)]
   for _ in range(len(flags) + 1):
     body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs)
     cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
@@ -169,11 +214,15 @@ def _shape_invariant(op, k, value, flag):
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
-def _run_body(body, values, flags, ctx):
-  """The converted body's outputs, stacked ones tiled as `flags` demand."""
-  outputs, _ = walker.convert_graph(body.graph, values, ctx, body.outputs)
-  return [_with_static_n(stack(v, ctx.n), ctx) if f else v.tensor
-          for v, f in zip(outputs, flags)]
+def _run_body(body, values, flags, ctx, reads, state_tensors):
+  """The converted body's outputs, stacked ones tiled as `flags` demand; the stand-ins in
+  `state_tensors` for the ragged variables it passes through."""
+  wanted = [k for k in range(len(body.outputs)) if k not in reads.values]
+  outputs, _ = walker.convert_graph(body.graph, values, ctx, [body.outputs[k] for k in wanted])
+  results = list(state_tensors)
+  for k, v in zip(wanted, outputs):
+    results[k] = _with_static_n(stack(v, ctx.n), ctx) if flags[k] else v.tensor
+  return results
 
 
 def _with_static_n(tensor, ctx):
@@ -184,15 +233,16 @@ def _with_static_n(tensor, ctx):
   return tensor
 
 
-def _invariant_loop(op, cond_graph, body, init, flags):
+def _invariant_loop(op, cond_graph, body, init, flags, reads):
   ctx = op.ctx
 
   def cond(*state):
-    values = [Value(t, f) for t, f in zip(state, flags)]
+    values = reads.into([Value(t, f) for t, f in zip(state, flags)])
     return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
 
   def step(*state):
-    return _run_body(body, [Value(t, f) for t, f in zip(state, flags)], flags, ctx)
+    values = reads.into([Value(t, f) for t, f in zip(state, flags)])
+    return _run_body(body, values, flags, ctx, reads, state)
 
   results = tf.while_loop(
       cond, step, [v.tensor for v in init],
@@ -203,7 +253,7 @@ def _invariant_loop(op, cond_graph, body, init, flags):
   return [Value(t, f) for t, f in zip(results, flags)]
 
 
-def _stacked_loop(op, cond_graph, body, init, flags, strategy):
+def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
   """The loop over the active set of `strategy` (`active_set.py`): the condition is
   evaluated for every iteration, then each step runs the body on the live iterations, keeps
   its values, re-evaluates the condition on them and drops those that finished."""
@@ -222,14 +272,17 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy):
 
   state = strategy.start(ctx, init, fixed)
   lane_ctx, rows = strategy.lanes(ctx, state)
-  state = with_condition(state, lane_ctx, strategy.read(state, rows, fixed))
+  state = with_condition(state, lane_ctx,
+                         reads.into(strategy.read(state, rows, fixed), reads.at(rows)))
 
   def step(state):
     lane_ctx, rows = strategy.lanes(ctx, state)
-    values = strategy.read(state, rows, fixed)
-    new = _run_body(body, values, flags, lane_ctx)
+    taken = reads.at(rows)
+    values = reads.into(strategy.read(state, rows, fixed), taken)
+    new = _run_body(body, values, flags, lane_ctx, reads, [v.tensor for v in state.values])
     state = strategy.keep(state, [Value(t, f) for t, f in zip(new, flags)], fixed)
-    return with_condition(state, lane_ctx, strategy.read(state, rows, fixed, reused=values))
+    return with_condition(state, lane_ctx, reads.into(
+        strategy.read(state, rows, fixed, reused=values), taken))
 
   full_shapes = [_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
                  enumerate(zip(init, flags))]
