@@ -416,10 +416,11 @@ def _canonical(x, dim, stride, masked, is_end, dtype):
   return tf.minimum(tf.maximum(tf.where(x < 0, x + dim, x), lo), hi)
 
 
-def _strided_slice_plan(op, x):
+def _strided_slice_plan(op, x, grad_dims=None):
   """The slice plan and new-axis output positions of a StridedSlice (x: its input Value) or
-  StridedSliceGrad (x None) whose begin or end differ per iteration. Inputs 1-3 are begin,
-  end and strides; strides must be constants."""
+  StridedSliceGrad (x None; its dim sizes `grad_dims` where not its invariant shape input)
+  whose begin or end differ per iteration. Inputs 1-3 are begin, end and strides; strides
+  must be constants."""
   strides = op.static_value(3)
   dtype = op.attr("Index")
   masks = {name: op.attr(name) for name in ("begin_mask", "end_mask", "ellipsis_mask",
@@ -428,7 +429,7 @@ def _strided_slice_plan(op, x):
   entries = [bits(k) for k in range(int(strides.shape[0]))]
   num_real = sum(1 for e in entries if not e["ellipsis"] and not e["new_axis"])
   if x is None:
-    dims = _shape_entries(op, dtype)
+    dims = grad_dims if grad_dims is not None else _shape_entries(op, dtype)
     out_shape = op.input_shape(4)
   else:
     # With no ellipsis, dims past the spec are full slices: only the spec's dims need sizes,
@@ -530,9 +531,10 @@ def _convert_strided_slice(op):
 def _convert_strided_slice_grad(op):
   """The adjoint of StridedSlice: invariant bounds shift like the forward op; bounds that
   differ per iteration scatter `dy` back through the forward plan, dim by dim."""
-  if op.is_stacked(0) or op.is_stacked(3):
-    raise Unvectorizable("the shape or strides of a strided-slice gradient differ per "
-                         "iteration")
+  if op.is_stacked(3):
+    raise Unvectorizable("the strides of a strided-slice gradient differ per iteration")
+  if op.is_stacked(0):
+    return _grad_into_rows_of_per_iteration_count(op)
   shape, dy = op.invariant(0), op.stacked(4)
   if not op.is_stacked(1) and not op.is_stacked(2):
     begin, end, strides = (op.invariant(i) for i in (1, 2, 3))
@@ -543,6 +545,45 @@ def _convert_strided_slice_grad(op):
   if new_axes:
     dy = tf.squeeze(dy, [p + 1 for p in new_axes])
   return _slice_grad_by_plan(op, plan, dy)
+
+
+def _grad_into_rows_of_per_iteration_count(op):
+  """A gradient into a value with a first axis of its own length in every iteration (the
+  gradient of `rows[t]` for a ragged `rows`): scattered through the plan into a block padded
+  to the longest, whose valid rows are the ragged result. The first axis's bounds are
+  resolved against each iteration's own length; the later dims must agree."""
+  dtype = op.attr("Index")
+  shape = tf.cast(op.stacked(0), dtype)                               # [n, rank]
+  rank = op.input_shape(0)[0]
+  if rank is None or rank < 1:
+    raise Unvectorizable("a strided-slice gradient into a shape of unknown rank")
+  lengths = shape[:, 0]
+  known = op.op.outputs[0].shape
+  rest = ragged.agreed(shape[:, 1:], f"vectorize: {op.op.name}: the gradient's later dims "
+                       "differ between iterations",
+                       when_none=[0 if d is None else d for d in known[1:].as_list()]
+                       if known.rank == rank else 0)
+  dims = [lengths] + [known[d] if known.rank == rank and known[d] is not None else rest[d - 1]
+                      for d in range(1, rank)]
+  plan, new_axes = _strided_slice_plan(op, None, grad_dims=dims)
+  first = plan[0]
+  if isinstance(first, _Fixed):
+    if not first.shrink:
+      raise Unvectorizable("a strided-slice gradient into a first axis of per-iteration "
+                           "length, sliced by fixed bounds")
+    begin = tf.cast(first.begin, dtype)
+    plan[0] = _Varying(tf.broadcast_to(tf.where(begin < 0, begin + lengths, begin),
+                                       tf.shape(lengths)), None, first.stride, True, None)
+  dy = op.stacked(4)
+  if new_axes:
+    dy = tf.squeeze(dy, [p + 1 for p in new_axes])
+  longest = tf.reduce_max(tf.concat([tf.zeros([1], dtype), lengths], 0))
+  padded = tf.concat([tf.reshape(longest, [1]), rest], 0)
+  block = _slice_grad_by_plan(op, plan, dy, shape=padded,
+                              dims=[longest] + dims[1:]).tensor    # [n, longest] + rest
+  out = ragged.RaggedRows(block, tf.cast(lengths, tf.int32))
+  flat = tf.gather_nd(block, tf.stack([out.row_ids, out.positions], 1))
+  return ragged.ragged(flat, out.row_lengths)
 
 
 @ragged.register("StridedSliceGrad")
@@ -568,15 +609,18 @@ def _convert_strided_slice_grad_of_ragged(op):
   return _slice_grad_by_plan(op, plan, dy, done=p)
 
 
-def _slice_grad_by_plan(op, plan, dy, done=None):
+def _slice_grad_by_plan(op, plan, dy, done=None, shape=None, dims=None):
   """The stacked `dy` of a strided slice planned as `plan` scattered back: each varying dim
-  but `done` (already scattered), then the fixed dims' StridedSliceGrad."""
-  dtype, shape = op.attr("Index"), op.invariant(0)
+  but `done` (already scattered), then the fixed dims' StridedSliceGrad; into `shape` (dim
+  sizes `dims`) where that is not the op's invariant shape input."""
+  dtype = op.attr("Index")
+  shape = op.invariant(0) if shape is None else shape
+  dims = _shape_entries(op, dtype) if dims is None else dims
   checks = [_same_length_check(p, f"strided slice gradient {op.op.name}")
             for p in plan if isinstance(p, _Varying) and p.sizes is not None and p is not done]
   pos = 0
   with tf.control_dependencies(checks):
-    for p, dim in zip(plan, _shape_entries(op, dtype)):
+    for p, dim in zip(plan, dims):
       if isinstance(p, _Varying) and p is not done:
         dy = _scatter_dim(dy, _range_indices(p), pos, dim)
       if not (p.shrink and isinstance(p, _Fixed)):

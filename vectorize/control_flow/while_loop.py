@@ -25,6 +25,7 @@ old values.
 import tensorflow as tf
 
 from vectorize import graph_io
+from vectorize import indexing
 from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
@@ -41,13 +42,13 @@ def _convert_while(op):
   body_graph = graph_io.function_graph(op.op, "body")
   body = _Body(body_graph, _live_outputs(op, cond_graph, body_graph))
   _check_static_list_growth(op, body)
-  reads = _ragged_reads(op, body)
+  reads = _ragged_variables(op, body)
   flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body, reads)
   ctx = op.ctx
   init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
           for v, f, shape in zip(op.inputs, flags, element_shapes)]
   for k in reads.values:
-    init[k] = Value(reads.stand_in(op, k), False)
+    init[k] = Value(reads.initial_state(op, k), False)
   flags = [f and k not in reads.values for k, f in enumerate(flags)]
   if not cond_stacked:
     results = _invariant_loop(op, cond_graph, body, init, flags, reads)
@@ -57,44 +58,81 @@ def _convert_while(op):
     carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
     strategy = active_set.Masked() if carries_lists else ctx.active_set
     results = _stacked_loop(op, cond_graph, body, init, flags, strategy, reads)
-  return [reads.values.get(k, v) for k, v in enumerate(results)]
+  return reads.finals(results)
 
 
-class _RaggedReads:
-  """The loop variables of a per-iteration size (ragged) that the body only reads (a
-  sequence the loop steps through): kept out of the loop's state, each step reads the
-  iterations it runs from the value outside, and they leave the loop as they entered."""
+class _RaggedVariables:
+  """The loop variables of a per-iteration size (ragged). One the body only reads (a
+  sequence the loop steps through) stays out of the loop's state: each step takes the
+  iterations it runs from the value outside (`ragged.take_iterations`). One the body
+  changes keeping each iteration's size (a loop gradient's gradient of such a sequence) is
+  held in the state as its flat values at every iteration; each step takes its iterations'
+  rows and writes back the rows of those still live. Both are invariant to the strategies.
+  """
 
-  def __init__(self, values):
-    self.values = values      # {loop variable index: ragged Value}
+  def __init__(self, values, changing):
+    self.values = values        # {loop variable index: ragged Value entering the loop}
+    self.changing = changing    # the indices of those the body changes
 
-  def stand_in(self, op, k):
-    """An empty tensor standing for variable k in the loop's state."""
-    shape = op.op.outputs[k].shape
+  def initial_state(self, op, k):
+    if k in self.changing:
+      return self.values[k].tensor.values
+    shape = op.op.outputs[k].shape     # an empty stand-in
     dims = [0] if shape.rank is None else [0 if d is None else d for d in shape.as_list()]
     return tf.zeros(dims, op.op.outputs[k].dtype)
 
-  def at(self, rows):
-    """{k: ragged variable k at the iterations `rows`}."""
-    return {k: ragged.take_iterations(v, rows) for k, v in self.values.items()}
+  def _whole(self, k, state):
+    if k in self.changing:
+      return ragged.same_rows(state[k], self.values[k].tensor)
+    return self.values[k]
 
-  def into(self, values, taken=None):
-    """`values` with the ragged variables: all iterations, or those `taken` (`at`)."""
+  def at(self, state, rows=None):
+    """{k: ragged variable k at the iterations `rows` (all where None)}, from the loop's
+    state tensors `state`."""
+    return {k: self._whole(k, state) if rows is None else
+            ragged.take_iterations(self._whole(k, state), rows) for k in self.values}
+
+  def into(self, values, taken):
+    """`values` with the ragged variables `taken` (`at`)."""
     values = list(values)
-    for k, v in (self.values if taken is None else taken).items():
+    for k, v in taken.items():
       values[k] = v
     return values
 
+  def written(self, k, state_tensor, new, lanes=None, iterations=None):
+    """Variable k's state after a step that gave it `new` at its lanes: the rows of
+    `lanes` (all where None) written at `iterations`' rows of the flat values."""
+    layout = self.values[k].tensor
+    if not ragged.is_ragged(new) or ragged.is_multi_axis(new):
+      raise Unvectorizable(f"loop variable {k} has a different size in every iteration "
+                           "(ragged) and the loop gives it another form")
+    if lanes is not None:
+      new = ragged.take_iterations(new, lanes)
+    want = layout.row_lengths if iterations is None else tf.gather(layout.row_lengths,
+                                                                     iterations)
+    rows = new.tensor
+    checks = [] if rows.row_lengths is want else [tf.debugging.Assert(
+        tf.reduce_all(tf.equal(rows.row_lengths, want)),
+        [f"vectorize: loop variable {k} changes its size inside the loop"])]
+    with tf.control_dependencies(checks):
+      if iterations is None:
+        return tf.identity(rows.values)
+      at = tf.gather(layout.row_starts, iterations)
+      flat = tf.gather(at, rows.row_ids) + rows.positions
+      return indexing.tensor_scatter_nd_update(state_tensor, flat[:, None], rows.values)
 
-def _ragged_reads(op, body):
+  def finals(self, results):
+    return [self._whole(k, [v.tensor for v in results]) if k in self.values else v
+            for k, v in enumerate(results)]
+
+
+def _ragged_variables(op, body):
   ragged_inputs = {k: v for k, v in enumerate(op.inputs) if ragged.is_ragged(v)}
   for k in ragged_inputs:
-    if not body.passes_through(k):
-      raise Unvectorizable(f"loop variable {k} has a different size in every iteration "
-                           "(ragged) and the loop changes it")
     if ragged.is_multi_axis(ragged_inputs[k]):
       raise Unvectorizable(f"loop variable {k} differs per iteration in several axes")
-  return _RaggedReads(ragged_inputs)
+  return _RaggedVariables(ragged_inputs,
+                          {k for k in ragged_inputs if not body.passes_through(k)})
 
 
 class _Body:
@@ -214,14 +252,22 @@ def _shape_invariant(op, k, value, flag):
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
-def _run_body(body, values, flags, ctx, reads, state_tensors):
-  """The converted body's outputs, stacked ones tiled as `flags` demand; the stand-ins in
-  `state_tensors` for the ragged variables it passes through."""
-  wanted = [k for k in range(len(body.outputs)) if k not in reads.values]
-  outputs, _ = walker.convert_graph(body.graph, values, ctx, [body.outputs[k] for k in wanted])
+def _run_body(body, values, flags, ctx, reads, state_tensors, write):
+  """The converted body's outputs, stacked ones tiled as `flags` demand; for the ragged
+  variables, the state tensors: unchanged for those it reads, `write(k, new)` for those it
+  changes."""
+  wanted = [k for k in range(len(body.outputs))
+            if k not in reads.values or k in reads.changing]
+  outputs, _ = walker.convert_graph(body.graph, values, ctx,
+                                    [body.outputs[k] for k in wanted], ragged_outputs=True)
   results = list(state_tensors)
   for k, v in zip(wanted, outputs):
-    results[k] = _with_static_n(stack(v, ctx.n), ctx) if flags[k] else v.tensor
+    if k in reads.values:
+      results[k] = write(k, v)
+    elif ragged.is_ragged(v):
+      raise Unvectorizable(f"loop variable {k} becomes ragged in the loop")
+    else:
+      results[k] = _with_static_n(stack(v, ctx.n), ctx) if flags[k] else v.tensor
   return results
 
 
@@ -237,12 +283,13 @@ def _invariant_loop(op, cond_graph, body, init, flags, reads):
   ctx = op.ctx
 
   def cond(*state):
-    values = reads.into([Value(t, f) for t, f in zip(state, flags)])
+    values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
     return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
 
   def step(*state):
-    values = reads.into([Value(t, f) for t, f in zip(state, flags)])
-    return _run_body(body, values, flags, ctx, reads, state)
+    values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
+    return _run_body(body, values, flags, ctx, reads, state,
+                     lambda k, new: reads.written(k, state[k], new))
 
   results = tf.while_loop(
       cond, step, [v.tensor for v in init],
@@ -270,19 +317,30 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
   def with_condition(state, lane_ctx, values):
     return strategy.restrict(state, condition(lane_ctx, values), fixed)
 
+  masked = isinstance(strategy, active_set.Masked)
   state = strategy.start(ctx, init, fixed)
   lane_ctx, rows = strategy.lanes(ctx, state)
+  tensors = [v.tensor for v in state.values]
   state = with_condition(state, lane_ctx,
-                         reads.into(strategy.read(state, rows, fixed), reads.at(rows)))
+                         reads.into(strategy.read(state, rows, fixed), reads.at(tensors, rows)))
 
   def step(state):
     lane_ctx, rows = strategy.lanes(ctx, state)
-    taken = reads.at(rows)
-    values = reads.into(strategy.read(state, rows, fixed), taken)
-    new = _run_body(body, values, flags, lane_ctx, reads, [v.tensor for v in state.values])
+    tensors = [v.tensor for v in state.values]
+    values = reads.into(strategy.read(state, rows, fixed), reads.at(tensors, rows))
+    # The lanes whose new rows are kept: every lane (Partitioned), or the live ones
+    # (Masked: the others ran on borrowed inputs).
+    lanes = tf.where(state.live)[:, 0] if masked else tf.range(lane_ctx.n)
+    lanes = tf.cast(lanes, tf.int32)
+
+    def write(k, new):
+      return reads.written(k, tensors[k], new, lanes, tf.gather(rows, lanes))
+
+    new = _run_body(body, values, flags, lane_ctx, reads, tensors, write)
     state = strategy.keep(state, [Value(t, f) for t, f in zip(new, flags)], fixed)
+    new_tensors = [v.tensor for v in state.values]
     return with_condition(state, lane_ctx, reads.into(
-        strategy.read(state, rows, fixed, reused=values), taken))
+        strategy.read(state, rows, fixed, reused=values), reads.at(new_tensors, rows)))
 
   full_shapes = [_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
                  enumerate(zip(init, flags))]
