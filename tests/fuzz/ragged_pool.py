@@ -162,8 +162,15 @@ class RaggedPool:
       form = self.rng.choice(["{0}[1:]", "{0}[::-1]", "{0}[:2]", "tf.reverse({0}, [0])"])
       return self.emit(form, [a.name], a.shape, a.dtype, "ragged_slice", a.exact)
     if r < 0.84:
-      # A later-axis stack (the ragged axis stays first), or a reverse of every axis.
-      if self.rng.random() < 0.5:
+      # A later-axis stack (the ragged axis stays first), a reverse of every axis, or a
+      # recurrence stepping through the rows (a while loop reading the value).
+      form = self.rng.random()
+      if form < 0.25 and a.dtype == FLOAT:
+        return self.emit(
+            "tf.while_loop(lambda t, h: t < tf.shape({0})[0], lambda t, h: (t + 1, "
+            f"tf.tanh(h * 0.5 + {{0}}[t])), (0, tf.zeros({list(rest)})))[1]", [a.name],
+            rest, FLOAT, "ragged_loop", False)
+      if form < 0.6:
         return self.emit("tf.stack([{0}, {0} + {0}], axis=1)", [a.name],
                          (None, 2) + rest, a.dtype, "ragged_stack", a.exact)
       axes = list(range(len(a.shape)))
