@@ -297,17 +297,22 @@ def _masked_loss(x, i):
           tf.reduce_mean(tf.gather(x, tf.where(x < 1)[:, 0])))
 
 
-@pytest.mark.parametrize("mode", ["eager", "function"])
-def test_gradient_through_ragged_values_inside_the_body(mode):
+def _check_gradient_inside_the_body(loss_fn, mode):
+  """pfor of each example's gradient of `loss_fn(X[i], i)` equals the loop's."""
   def body(i):
     xi = X[i]
     with tf.GradientTape() as tape:
       tape.watch(xi)
-      loss = _masked_loss(xi, i)
-    return tape.gradient(loss, xi)
+      loss = loss_fn(xi, i)
+    return tf.convert_to_tensor(tape.gradient(loss, xi))
 
   expected = np.stack([body(tf.constant(i)).numpy() for i in range(N)])
   np.testing.assert_allclose(_run(body, N, mode), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_through_ragged_values_inside_the_body(mode):
+  _check_gradient_inside_the_body(_masked_loss, mode)
 
 
 def _sequence_loss(x):
@@ -320,15 +325,7 @@ def _sequence_loss(x):
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_gradient_through_reverse_cumprod_and_stack_inside_the_body(mode):
-  def body(i):
-    xi = X[i]
-    with tf.GradientTape() as tape:
-      tape.watch(xi)
-      loss = _sequence_loss(xi)
-    return tf.convert_to_tensor(tape.gradient(loss, xi))
-
-  expected = np.stack([body(tf.constant(i)).numpy() for i in range(N)])
-  np.testing.assert_allclose(_run(body, N, mode), expected, rtol=1e-6)
+  _check_gradient_inside_the_body(lambda x, i: _sequence_loss(x), mode)
 
 
 def test_gradient_of_pfor_through_reverse_cumprod_and_stack():
