@@ -112,6 +112,13 @@ CASES = [
     OpCase("MatMul-transpose_ab",
            lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
            [[3, 2], [4, 3]], dtypes=MATMUL_DTYPES),
+    # A matrix times one column (matvec): an invariant matrix is one 2-D MatMul over the
+    # stacked columns.
+    OpCase("MatMul-column", tf.matmul, [[2, 3], [3, 1]], dtypes=MATMUL_DTYPES),
+    OpCase("MatMul-column_transpose_ab",
+           lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
+           [[3, 2], [1, 3]], dtypes=MATMUL_DTYPES),
+    OpCase("MatMul-matvec", tf.linalg.matvec, [[4, 3], [3]], dtypes=F),
     OpCase("MatMul-tensordot", lambda a, b: tf.tensordot(a, b, axes=[[1], [0]]),
            [[2, 3, 4], [3, 5]], dtypes=F),
     # BatchMatMul family: equal batch dims, broadcast batch dims of several ranks, adjoints.
