@@ -476,6 +476,7 @@ def _convert_strided_slice(op):
     begin, end = op.static_value(1), op.static_value(2)
     if not np.size(begin) or (masks["ellipsis_mask"] & 1 and not masks["new_axis_mask"] and
                               np.size(begin) <= values.rank(rows.values)):
+      rows = ragged.materialized(op.value(0)).tensor    # a view's values hold other rows
       return ragged.same_rows(
           op.rebuild([rows.values] + [op.invariant(k) for k in (1, 2, 3)])[0],
           rows)                                           # the first axis is left whole

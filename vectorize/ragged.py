@@ -44,6 +44,9 @@ class RaggedRows(NamedTuple):
   values: tf.Tensor        # [sum(row_lengths)] + rest
   row_lengths: tf.Tensor   # [n] int32
   dims: Optional[tf.Tensor] = None   # [n, k] int32 sizes of the first k axes, k >= 2
+  # A view (`take_iterations(..., view=True)`): each iteration's first row in `values`,
+  # which then hold other rows too; only the ops of VIEW_READERS read one as it is.
+  starts: Optional[tf.Tensor] = None
 
   @property
   def dtype(self):
@@ -61,6 +64,8 @@ class RaggedRows(NamedTuple):
   @property
   def row_starts(self):
     """`[n]`: where each iteration's rows start in `values`."""
+    if self.starts is not None:
+      return self.starts
     return tf.cumsum(self.row_lengths, exclusive=True)
 
   @property
@@ -132,14 +137,41 @@ def multi_axis(values, dims):
   return Value(RaggedRows(values, tf.reduce_prod(dims, 1), dims), True)
 
 
-def take_iterations(value, positions):
+# Op types whose ragged converters read a view as it is: by each iteration's first row
+# (`row_starts`) and row lengths, never by the flat values' layout.
+VIEW_READERS = frozenset(["StridedSlice", "Shape", "Size", "Rank"])
+
+
+def take_iterations(value, positions, view=False):
   """The ragged Value of the iterations at `positions` (`[m]` of value's n, repeats
-  allowed): a loop's live ones, each one's rows read from where they lie."""
-  rows = value.tensor
+  allowed): a loop's live ones, each one's rows read from where they lie; or, with `view`,
+  a view of them that moves no data (a loop reading one row per step would otherwise copy
+  every live sequence at every step)."""
+  rows = materialized(value).tensor
   lengths = tf.gather(rows.row_lengths, positions)
+  starts = tf.gather(rows.row_starts, positions)
+  if view:
+    return Value(RaggedRows(rows.values, lengths, starts=starts), True)
   taken = RaggedRows(rows.values, lengths)        # the new layout's row ids and positions
-  index = tf.gather(tf.gather(rows.row_starts, positions), taken.row_ids) + taken.positions
+  index = tf.gather(starts, taken.row_ids) + taken.positions
   return ragged(tf.gather(rows.values, index), lengths)
+
+
+def materialized(value):
+  """`value`, a view's rows gathered into a ragged value of its own."""
+  if not is_ragged(value) or value.tensor.starts is None:
+    return value
+  rows = value.tensor
+  layout = RaggedRows(rows.values, rows.row_lengths)
+  index = tf.gather(rows.starts, layout.row_ids) + layout.positions
+  return ragged(tf.gather(rows.values, index), rows.row_lengths)
+
+
+def readable_inputs(op, inputs):
+  """`inputs` of `op` with any view materialized, unless op's converter reads views."""
+  if op.type in VIEW_READERS:
+    return inputs
+  return [materialized(v) for v in inputs]
 
 
 def is_ragged(value):
@@ -152,7 +184,7 @@ def is_multi_axis(value):
 
 def same_rows(flat, rows):
   """A ragged Value of flat values `flat` laid out like `rows` (same row lengths and dims)."""
-  return Value(rows._replace(values=flat), True)
+  return Value(rows._replace(values=flat, starts=None), True)
 
 
 def first_dim_varies(shape):

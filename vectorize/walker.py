@@ -203,6 +203,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
           "compute it outside the compiled function.")
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
+  inputs = ragged.readable_inputs(op, inputs)
   converter = ragged.converter_for(op, inputs, registry.lookup(op.type))
   try:
     if converter is None:

@@ -45,6 +45,16 @@ def _loop_over_rows(rows):
   return tf.while_loop(lambda t, h: t < tf.shape(rows)[0], step, (0, tf.zeros([3])))[1]
 
 
+def _loop_reading_rows_in_other_ways(rows):
+  """Each step reads the sequence as a view (`rows[t]`, `rows[t:t + 2]`) and whole (a sum, a
+  gather), which needs its rows gathered."""
+  def step(t, h):
+    window = tf.reduce_mean(rows[t:t + 2], 0)
+    return t + 1, tf.tanh(h * 0.5 + rows[t] + window + tf.gather(rows, t) +
+                          tf.reduce_sum(rows, 0) * 0.1)
+  return tf.while_loop(lambda t, h: t < tf.shape(rows)[0], step, (0, tf.zeros([3])))[1]
+
+
 W33 = tf.constant([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [-0.1, 0.2, 0.7]])
 
 
@@ -152,6 +162,7 @@ BODIES = {
     "cumprod_later_axis": lambda i: tf.math.cumprod(_rows(i), axis=1),
     "slice_run_time_invariant_end": lambda i: _rows(i)[:tf.reduce_min(FOURS) - 2],
     "loop_over_rows": lambda i: _loop_over_rows(_rows(i)),
+    "loop_reading_rows_in_other_ways": lambda i: _loop_reading_rows_in_other_ways(_rows(i)),
     "loop_over_tokens_fixed_trips": lambda i: tf.while_loop(
         lambda t, acc: t < 3, lambda t, acc: (t + 1, acc + tf.reduce_sum(_positive(i)) * 2.),
         (0, 0.))[1],

@@ -88,9 +88,10 @@ class _RaggedVariables:
 
   def at(self, state, rows=None):
     """{k: ragged variable k at the iterations `rows` (all where None)}, from the loop's
-    state tensors `state`."""
+    state tensors `state`; a view of those the body only reads."""
     return {k: self._whole(k, state) if rows is None else
-            ragged.take_iterations(self._whole(k, state), rows) for k in self.values}
+            ragged.take_iterations(self._whole(k, state), rows, view=k not in self.changing)
+            for k in self.values}
 
   def into(self, values, taken):
     """`values` with the ragged variables `taken` (`at`)."""
