@@ -20,6 +20,12 @@ stacked TensorList is carried): the state is (a mask `[n]`, the variables at `[n
 the body runs on all lanes, finished ones borrowing the variables of a live lane (valid
 inputs, so no NaN or Inf leaks into values or gradients), and finished lanes keep their
 old values.
+
+Ragged variables (`_RaggedVariables`) are invariant to both strategies: one the body only
+reads (a sequence a recurrence steps through) stays outside the state and each step gets a
+view of its live iterations; one the body changes without resizing it (that sequence's
+gradient, in the loop's gradient) is held as its flat values at every iteration, each step
+writing back its live iterations' rows.
 """
 
 import tensorflow as tf
