@@ -55,6 +55,18 @@ def _loop_reading_rows_in_other_ways(rows):
   return tf.while_loop(lambda t, h: t < tf.shape(rows)[0], step, (0, tf.zeros([3])))[1]
 
 
+def _cond_reading(values, predicate):
+  """A conditional whose branches read a ragged value made before it."""
+  return tf.cond(predicate, lambda: tf.reduce_sum(values),
+                 lambda: tf.reduce_max(tf.concat([values, [-1.]], 0)))
+
+
+def _switch_case_reading(values, index):
+  return tf.switch_case(index, [
+      lambda: tf.reduce_sum(values), lambda: tf.reduce_mean(tf.concat([values, [2.]], 0)),
+      lambda: tf.cast(tf.size(values), tf.float32)])
+
+
 W33 = tf.constant([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [-0.1, 0.2, 0.7]])
 
 
@@ -163,6 +175,9 @@ BODIES = {
     "slice_run_time_invariant_end": lambda i: _rows(i)[:tf.reduce_min(FOURS) - 2],
     "loop_over_rows": lambda i: _loop_over_rows(_rows(i)),
     "loop_reading_rows_in_other_ways": lambda i: _loop_reading_rows_in_other_ways(_rows(i)),
+    "cond_per_iteration_reading_ragged": lambda i: _cond_reading(_positive(i), LIMS[i] > 1),
+    "cond_invariant_reading_ragged": lambda i: _cond_reading(_positive(i), W > 0),
+    "switch_case_reading_ragged": lambda i: _switch_case_reading(_positive(i), LIMS[i] % 3),
     "loop_over_tokens_fixed_trips": lambda i: tf.while_loop(
         lambda t, acc: t < 3, lambda t, acc: (t + 1, acc + tf.reduce_sum(_positive(i)) * 2.),
         (0, 0.))[1],

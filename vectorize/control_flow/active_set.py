@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from vectorize import indexing
 from vectorize import lists
+from vectorize import ragged
 from vectorize.values import Value, gather_rows, select_lanes
 
 
@@ -91,8 +92,10 @@ def at_rows(ctx, rows, static_n=None):
 
 
 def gather_stacked(values, rows):
-  """The stacked Values among `values` gathered to `rows`; invariant ones unchanged."""
-  return [Value(gather_rows(v.tensor, rows), True) if v.stacked else v for v in values]
+  """The stacked Values among `values` gathered to `rows` (ragged ones, their iterations');
+  invariant ones unchanged."""
+  return [ragged.take_iterations(v, rows) if ragged.is_ragged(v) else
+          Value(gather_rows(v.tensor, rows), True) if v.stacked else v for v in values]
 
 
 @dataclasses.dataclass(frozen=True)

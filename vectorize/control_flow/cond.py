@@ -43,6 +43,7 @@ from vectorize.values import Value, invariant, stack
 
 
 @register("If", "StatelessIf")
+@ragged.register("If", "StatelessIf")
 def _convert_if(op):
   graphs = [graph_io.function_graph(op.op, "then_branch"),
             graph_io.function_graph(op.op, "else_branch")]
@@ -59,6 +60,7 @@ def _convert_if(op):
 
 
 @register("Case", "StatelessCase")
+@ragged.register("Case", "StatelessCase")
 def _convert_case(op):
   graphs = [graph_io.find_function(op.op.graph, f.name).graph for f in op.attr("branches")]
   _type_fake_lists(graphs)
@@ -140,7 +142,7 @@ def _args(op):
 def _invariant_choice(op, graphs, choose):
   """One conditional (built by `choose(branch_fns)`) over the converted branches."""
   args, ctx = _args(op), op.ctx
-  arg_flags = [v.stacked for v in args]
+  arg_flags = [walker.RAGGED if ragged.is_ragged(v) else v.stacked for v in args]
   flags = [any(f) for f in zip(*[walker.output_flags(g, arg_flags, ctx) for g in graphs])]
 
   capacities = (_list_capacities(op, graphs, arg_flags, flags)
