@@ -147,14 +147,10 @@ def take_iterations(value, positions, view=False):
   allowed): a loop's live ones, each one's rows read from where they lie; or, with `view`,
   a view of them that moves no data (a loop reading one row per step would otherwise copy
   every live sequence at every step)."""
-  rows = materialized(value).tensor
-  lengths = tf.gather(rows.row_lengths, positions)
-  starts = tf.gather(rows.row_starts, positions)
-  if view:
-    return Value(RaggedRows(rows.values, lengths, starts=starts), True)
-  taken = RaggedRows(rows.values, lengths)        # the new layout's row ids and positions
-  index = tf.gather(starts, taken.row_ids) + taken.positions
-  return ragged(tf.gather(rows.values, index), lengths)
+  rows = value.tensor
+  taken = Value(RaggedRows(rows.values, tf.gather(rows.row_lengths, positions),
+                           starts=tf.gather(rows.row_starts, positions)), True)
+  return taken if view else materialized(taken)
 
 
 def materialized(value):

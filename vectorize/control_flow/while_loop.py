@@ -335,12 +335,13 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
     lane_ctx, rows = strategy.lanes(ctx, state)
     tensors = [v.tensor for v in state.values]
     values = reads.into(strategy.read(state, rows, fixed), reads.at(tensors, rows))
-    # The lanes whose new rows are kept: every lane (Partitioned), or the live ones
-    # (Masked: the others ran on borrowed inputs).
-    lanes = tf.where(state.live)[:, 0] if masked else tf.range(lane_ctx.n)
-    lanes = tf.cast(lanes, tf.int32)
-
     def write(k, new):
+      """The rows of the lanes whose new values are kept written back: every lane
+      (Partitioned, at the live positions), or the live ones (Masked: the others ran on
+      borrowed inputs)."""
+      if not masked:
+        return reads.written(k, tensors[k], new, iterations=rows)
+      lanes = tf.cast(tf.where(state.live)[:, 0], tf.int32)
       return reads.written(k, tensors[k], new, lanes, tf.gather(rows, lanes))
 
     new = _run_body(body, values, flags, lane_ctx, reads, tensors, write)
