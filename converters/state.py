@@ -27,9 +27,10 @@ silent wrong result. The order is read from the body graph: ops are listed in pr
 following the variable through `Identity`.
 
 Limits: the order is checked within one function body; reads and writes of one variable in
-two different functions called by the body are not ordered against each other. Writes inside
-a conditional converted with static shapes (XLA), where every lane runs the branch, are a
-`ConversionError`.
+two different functions called by the body are not ordered against each other. Inside a
+conditional or loop converted with masks (under XLA; a loop carrying a TensorArray), where
+dead lanes run too, additions, assertions and prints take the live lanes only
+(`ctx.live_lanes`); an `Assign` there is a `ConversionError`.
 
 `Assert` checks the condition of every iteration at once. `tf.print` prints once per call
 with the stacked values, as TensorFlow's pfor does: a `StringFormat` whose string only
@@ -155,9 +156,20 @@ def _refuse(op, reason):
 
 
 def _refuse_masked_lanes(op):
-  if getattr(op.ctx, "static_shapes", False) and op.ctx.partitioned:
-    _refuse(op, "it writes inside a conditional converted with static shapes (XLA), where "
-            "lanes that do not take the branch run it too")
+  if op.ctx.live_lanes is not None:
+    _refuse(op, "it assigns inside a conditional or loop converted with masks (under XLA, "
+            "or a loop carrying a TensorArray), where lanes that do not run it compute too")
+
+
+def _live_only(op, value):
+  """A Value's per-lane update with the dead lanes' zeroed (`ctx.live_lanes`): in a masked
+  region they compute too, and the loop never applies their updates. An invariant value
+  becomes stacked there."""
+  live = op.ctx.live_lanes
+  if live is None:
+    return value
+  tensor = value.tensor if value.stacked else values.stack(value, op.ctx.n)
+  return stacked(values.select_lanes(live, tensor, tf.zeros_like(tensor)))
 
 
 def _check_read(op):
@@ -205,7 +217,8 @@ def _sequential_read(op, reason):
 
 def _check_write(op, value_stacked):
   """Refuses writes whose once-applied form differs from the sequential loop's effect."""
-  _refuse_masked_lanes(op)
+  if _KINDS[op.type] != _ADD:
+    _refuse_masked_lanes(op)
   kinds, position = _ordered_accesses(op)
   for o, kind in kinds:
     if kind in (_CALL_READ, _OTHER):
@@ -311,9 +324,11 @@ def _convert_assign_variable_op(op):
 
 @register("AssignAddVariableOp", "AssignSubVariableOp")
 def _convert_assign_add_variable_op(op):
-  """Commutative: the per-iteration values summed over the loop axis, applied once."""
+  """Commutative: the per-iteration values summed over the loop axis (the live lanes'),
+  applied once."""
   value = op.value(1)
   _check_write(op, value.stacked)
+  value = _live_only(op, value)
   total = tf.reduce_sum(value.tensor, axis=0) if value.stacked else _times_n(op, value.tensor)
   return op.rebuild([op.invariant(0), total])
 
@@ -321,17 +336,21 @@ def _convert_assign_add_variable_op(op):
 @register("ResourceScatterAdd", "ResourceScatterSub")
 def _convert_resource_scatter_add(op):
   """Commutative: stacked indices scatter every iteration's updates in one op (the loop axis
-  is one more index dim); invariant indices take the updates summed over the loop axis."""
+  is one more index dim); invariant indices take the updates summed over the loop axis.
+  Dead lanes of a masked region scatter zeros."""
   indices, updates = op.value(1), op.value(2)
   _check_write(op, indices.stacked or updates.stacked)
   resource = op.invariant(0)
+  if op.ctx.live_lanes is not None:
+    updates = _live_only(op, updates)
   if not indices.stacked:
     total = (tf.reduce_sum(updates.tensor, axis=0) if updates.stacked
              else _times_n(op, updates.tensor))
     return op.rebuild([resource, indices.tensor, total])
   if updates.stacked and values.rank(updates.tensor) == 1:
     raise Unvectorizable("scalar updates that differ per iteration need the variable's shape")
-  scattered = op.stacked(2) if values.rank(updates.tensor) > 0 else updates.tensor
+  scattered = (values.stack(updates, op.ctx.n) if values.rank(updates.tensor) > 0
+               else updates.tensor)
   return op.rebuild([resource, indices.tensor, scattered])
 
 
@@ -342,6 +361,9 @@ def _convert_assert(op):
   """One assertion over every iteration's condition (none fails when n = 0); the data is
   printed stacked."""
   condition = op.value(0)
+  if op.ctx.live_lanes is not None:   # a dead lane's check is not the loop's
+    condition = stacked(tf.logical_or(tf.logical_not(op.ctx.live_lanes),
+                                      values.stack(condition, op.ctx.n)))
   if condition.stacked:
     holds = tf.reduce_all(condition.tensor)
   else:
@@ -351,12 +373,14 @@ def _convert_assert(op):
 
 @register("PrintV2")
 def _convert_print_v2(op):
-  """Every iteration's string followed by `end`, joined in iteration order, printed once."""
-  _refuse_masked_lanes(op)
+  """Every iteration's string followed by `end`, joined in iteration order, printed once
+  (a dead lane's of a masked region left out)."""
   if not op.is_stacked(0):   # formatted whole: printed once
     return op.rebuild([op.invariant(0)])
   end = op.attr("end")
   lines = tf.strings.join([op.stacked(0), tf.constant(end, tf.string)])
+  if op.ctx.live_lanes is not None:
+    lines = tf.where(op.ctx.live_lanes, lines, "")
   return op.rebuild([tf.strings.reduce_join(lines)], attrs={"end": ""})
 
 

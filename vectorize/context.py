@@ -77,6 +77,14 @@ class Context:
     return self.active_set.is_subset
 
   @property
+  def live_lanes(self):
+    """`[n]` bool, the lanes whose effects count where dead lanes run too, else None.
+
+    Converters with effects (variable updates, prints, assertions) read this, not the
+    strategy: a masked loop can run inside a partitioned context."""
+    return self.active_set.live
+
+  @property
   def static_shapes(self):
     """Whether control flow here converts with static shapes (masks), as XLA needs."""
     return self.active_set.static_shapes

@@ -377,14 +377,3 @@ def test_a_formatted_string_the_body_returns_is_formatted_per_iteration():
   testing.assert_allclose(testing.run_pfor(body, 4), testing.sequential(body, 4))
 
 
-def test_assign_add_in_a_conditional_with_static_shapes_is_refused():
-  variable = tf.Variable(tf.zeros([3]))
-
-  def body(i):
-    def add():
-      variable.assign_add(X[i])
-      return X[i]
-    return tf.cond(X[i, 0] > 0, add, lambda: X[i] * 2.0)
-
-  with pytest.raises(vectorize.ConversionError, match="static shapes"):
-    testing.run_pfor(body, 5, mode="xla")

@@ -23,7 +23,11 @@ one algorithm over this interface.
 
 A Context carries its active set: its class is the strategy of the conditionals and loops
 converted in that context; it also says whether the context's `indices` is exactly
-`range(n)` and whether only some iterations run there.
+`range(n)`, whether only some iterations run there, and, where dead lanes compute too, which
+lanes are live (`live`). That mask is the one truth a converter with effects (a variable
+update, a print, an assertion) reads: a masked region's lanes run whatever strategy the
+enclosing context has (a loop carrying per-iteration TensorLists runs masked inside a
+partitioned context), and an effect of a dead lane is one the loop never has.
 """
 
 import dataclasses
@@ -78,9 +82,10 @@ def borrowing_lanes(mask):
   return tf.where(mask, lanes, first_live)
 
 
-def at_rows(ctx, rows, static_n=None):
+def at_rows(ctx, rows, static_n=None, live=None):
   """The Context of the iterations at `rows` (positions in `ctx`'s stacked tensors): a
-  subset (Partitioned) or every lane with borrowed rows (Masked, `static_n` kept).
+  subset (Partitioned) or every lane with borrowed rows (Masked, `static_n` kept, `live`
+  the `[n]` mask of the lanes whose results count, within those live in `ctx`).
 
   n is read with Shape, not Size: in a loop over a shrinking set, Grappler's constant
   folding gave a Size of the live positions its value at the loop's entry (a conditional
@@ -88,7 +93,18 @@ def at_rows(ctx, rows, static_n=None):
   """
   return dataclasses.replace(ctx, n=tf.shape(rows, out_type=tf.int32)[0],
                              indices=tf.gather(ctx.indices, rows), static_n=static_n,
-                             active_set=ctx.active_set.inside())
+                             active_set=ctx.active_set.inside(_live_at(ctx, rows, live)))
+
+
+def _live_at(ctx, rows, live):
+  """The live mask of the region at `rows` of `ctx`, within the lanes live in `ctx`.
+
+  Masked (`live` given): the region's lane k is `ctx`'s lane k. Partitioned: it is lane
+  `rows[k]`."""
+  outer = ctx.active_set.live
+  if live is not None:
+    return live if outer is None else tf.logical_and(live, outer)
+  return None if outer is None else tf.gather(outer, rows)
 
 
 def gather_stacked(values, rows):
@@ -107,16 +123,19 @@ class ActiveSet:
       a chunk or a subset), so a gather at the loop index of a tensor with n rows is that
       tensor.
     is_subset: inside a conditional or loop that only some iterations run.
+    live: `[n]` bool, the lanes whose results count where dead lanes run too (inside a
+      masked conditional or loop), else None (every lane of the context is live).
   """
   indices_are_range: bool = False
   is_subset: bool = False
+  live: object = dataclasses.field(default=None, compare=False)
 
   static_shapes = False        # whether the emitted shapes must be static (XLA)
   dead_lanes_compute = False   # whether iterations that are not live run too
 
-  def inside(self):
-    """The active set of a region that only some iterations run."""
-    return dataclasses.replace(self, indices_are_range=False, is_subset=True)
+  def inside(self, live=None):
+    """The active set of a region that only some iterations run (`live`: see above)."""
+    return dataclasses.replace(self, indices_are_range=False, is_subset=True, live=live)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,8 +218,8 @@ class Masked(ActiveSet):
     for b in range(num_branches):
       mask = tf.equal(branch_index, b)
       sources = borrowing_lanes(mask)
-      parts.append(Part(at_rows(ctx, sources, ctx.static_n), sources, tf.reduce_any(mask),
-                        ctx.n, mask))
+      parts.append(Part(at_rows(ctx, sources, ctx.static_n, mask), sources,
+                        tf.reduce_any(mask), ctx.n, mask))
     return parts
 
   def merge(self, parts, outputs):
@@ -216,7 +235,7 @@ class Masked(ActiveSet):
 
   def lanes(self, ctx, state):
     sources = borrowing_lanes(state.live)
-    return at_rows(ctx, sources, ctx.static_n), sources
+    return at_rows(ctx, sources, ctx.static_n, state.live), sources
 
   def read(self, state, rows, fixed, reused=None):
     """Every stacked variable at the borrowed rows (fixed ones `reused` where given)."""
