@@ -2,6 +2,11 @@
 differential-privacy optimizers use pfor: per-example gradients and jacobians with a batch
 size (or rank) unknown until the Session runs."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -55,3 +60,64 @@ def test_gradients_over_the_trainable_variables_of_a_layer_built_in_the_body(n):
     actual, expected = session.run([vectorized, looped])
   for a, e in zip(actual, expected):
     np.testing.assert_allclose(a, e, rtol=1e-6)
+
+
+_TF1_BEHAVIOUR_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.ops import list_ops
+    import vectorize
+
+    tf.compat.v1.disable_v2_behavior()   # shapes index to Dimensions, v1 control flow
+    x = tf.compat.v1.placeholder_with_default(
+        np.arange(12, dtype=np.float32).reshape(4, 3), [4, 3])
+
+    def with_cond(i):
+      return tf.cond(tf.reduce_sum(x[i]) > 10., lambda: x[i] * 2., lambda: x[i] - 1.)
+
+    def with_while_loop(i):
+      return tf.while_loop(lambda k, a: k < i, lambda k, a: (k + 1, a + x[i]),
+                           (0, tf.zeros([3])))[1]
+
+    def with_pushes(i):   # onto a reserved list: 5 unset elements, then 3 pushed
+      items = list_ops.tensor_list_reserve([2], 5, tf.float32)
+      for k in range(3):
+        items = list_ops.tensor_list_push_back(items, tf.stack([x[i, 0], k + 1.]))
+      return list_ops.tensor_list_stack(items, tf.float32)
+
+    def map_fn_body(row):
+      return tf.cond(row[0] > 3., lambda: row * 2., lambda: row)
+
+    checks = []
+    for body, sizes in ((with_cond, (4, 2, 0)), (with_while_loop, (4, 2, 0)),
+                        (with_pushes, (4, 2))):
+      looped = tf.stack([body(tf.constant(i)) for i in range(4)])
+      checks += [(body.__name__, n, vectorize.pfor(body, n), looped[:n]) for n in sizes]
+    for n in (4, 1, 0):
+      checks.append(("vectorized_map", n, vectorize.vectorized_map(map_fn_body, x[:n]),
+                     tf.stack([map_fn_body(x[i]) for i in range(n)]) if n else x[:0]))
+    with tf.compat.v1.Session() as session:
+      for name, n, actual, expected in checks:
+        actual, expected = session.run([actual, expected])
+        assert actual.shape == expected.shape, (name, n, actual.shape, expected.shape)
+        np.testing.assert_allclose(actual, expected, err_msg=f"{name}, n = {n}")
+    print("ok")
+""")
+
+
+def test_tf1_behaviour_dimensions():
+  """Under `disable_v2_behavior`, shapes index to `Dimension`s (unhashable, never `is
+  None`): conditionals crashed, a stacked TensorList took its buffer's capacity for its
+  length (extra zero rows), and vectorized_map's leading-dimension check crashed. A
+  subprocess, as the switch is process-wide."""
+  result = subprocess.run([sys.executable, "-c", _TF1_BEHAVIOUR_SCRIPT], capture_output=True,
+                          text=True, timeout=600, check=False, env=_env())
+  assert result.returncode == 0 and result.stdout.strip().endswith("ok"), (
+      f"exit code {result.returncode}:\n{result.stderr[-3000:]}")
+
+
+def _env():
+  """This process's environment, with the repository on the path of the subprocess."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
