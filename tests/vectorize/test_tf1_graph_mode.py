@@ -116,6 +116,57 @@ def test_tf1_behaviour_dimensions():
       f"exit code {result.returncode}:\n{result.stderr[-3000:]}")
 
 
+_V1_CONTROL_FLOW_GRADIENTS_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    import vectorize
+
+    tf.compat.v1.disable_v2_behavior()
+    tf.compat.v1.disable_control_flow_v2()   # Enter / Exit / Merge loops, TF1 TensorArrays
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3) / 10.)
+
+    def through_a_tensor_array(i):
+      xi = x[i]
+      ta = tf.compat.v1.TensorArray(tf.float32, size=3).unstack(xi)
+      return tf.gradients(ta.read(0) * ta.read(2), xi)[0]
+
+    def through_a_while_loop(i):   # i + 1 trips: a per-iteration trip count
+      xi = x[i]
+      _, y = tf.compat.v1.while_loop(lambda k, a: k < i + 1, lambda k, a: (k + 1, a * xi),
+                                     (0, tf.ones([3])))
+      return tf.gradients(tf.reduce_sum(y), xi)[0]
+
+    def through_writes_in_a_while_loop(i):
+      xi = x[i]
+      _, ta = tf.compat.v1.while_loop(
+          lambda k, t: k < 3, lambda k, t: (k + 1, t.write(k, xi[k] * xi[k])),
+          (0, tf.compat.v1.TensorArray(tf.float32, size=3)))
+      return tf.gradients(tf.reduce_sum(ta.stack()), xi)[0]
+
+    checks = []
+    for body in (through_a_tensor_array, through_a_while_loop, through_writes_in_a_while_loop):
+      looped = tf.stack([body(tf.constant(i)) for i in range(4)])
+      checks += [(body.__name__, n, vectorize.pfor(body, n, fallback_to_while_loop=False),
+                  looped[:n]) for n in (4, 2, 0)]
+    with tf.compat.v1.Session() as session:
+      for name, n, actual, expected in checks:
+        actual, expected = session.run([actual, expected])
+        assert actual.shape == expected.shape, (name, n, actual.shape, expected.shape)
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, err_msg=f"{name}, n = {n}")
+    print("ok")
+""")
+
+
+def test_tf1_gradients_through_v1_control_flow():
+  """`tf.gradients` in the body through a TF1 TensorArray or a TF1 while loop, v1 control
+  flow, converted without the fallback (a loop's trip count read as a `Dimension` failed,
+  and so did the gradient of an unstack at n = 0)."""
+  result = subprocess.run([sys.executable, "-c", _V1_CONTROL_FLOW_GRADIENTS_SCRIPT],
+                          capture_output=True, text=True, timeout=600, check=False, env=_env())
+  assert result.returncode == 0 and result.stdout.strip().endswith("ok"), (
+      f"exit code {result.returncode}:\n{result.stderr[-3000:]}")
+
+
 def _env():
   """This process's environment, with the repository on the path of the subprocess."""
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
