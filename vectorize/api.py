@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorflow.python.util import nest
 
 from vectorize import engine
+from vectorize import dims
 from vectorize import options
 from vectorize import trace
 from vectorize.cache import cached, callable_key, functions_traced
@@ -310,12 +311,12 @@ def _as_tensor(x):
 def _common_leading_dimension(flat):
   """n for elems whose leading dimensions are n or 1 (1 broadcasts, as in TF), and the
   run-time checks needed where a dimension is unknown while tracing."""
-  dims = [e.shape[0] if e.shape.rank is not None else None for e in flat]
-  known = sorted({d for d in dims if d is not None})
+  leading = [dims.leading(e) for e in flat]
+  known = sorted({d for d in leading if d is not None})
   if len(known) > 2 or (len(known) == 2 and known[0] != 1):
     raise ValueError(f"vectorized_map: the tensors of elems must have the same leading "
-                     f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in dims)}.")
-  if None not in dims:
+                     f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in leading)}.")
+  if None not in leading:
     return known[-1], []
   if len(flat) == 1:
     return _leading_size(flat[0]), []
@@ -346,8 +347,8 @@ def _broadcasting_gather(x, i):
     return tf.gather(x.values, tf.range(splits[i], splits[i + 1]))
   if isinstance(x, tf.SparseTensor):
     return _sparse_row(x, i)
-  if x.shape.rank is not None and x.shape[0] == 1:
+  if dims.leading(x) == 1:
     return x[0]
-  if x.shape.rank is None or x.shape[0] is None:
+  if dims.leading(x) is None:
     i = tf.where(tf.shape(x, out_type=tf.int32)[0] > 1, i, 0)
   return tf.gather(x, i)

@@ -16,6 +16,7 @@ from vectorize.control_flow import calls  # pylint: disable=unused-import  (regi
 from vectorize.control_flow import cond  # pylint: disable=unused-import  (registers If, Case)
 from vectorize.control_flow import while_loop  # pylint: disable=unused-import  (registers While)
 from vectorize import chunk_outputs
+from vectorize import dims
 from vectorize import options
 from vectorize import ragged
 from vectorize import trace as trace_module
@@ -111,22 +112,29 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
     raise ValueError("pfor_config reductions cannot be combined with parallel_iterations: "
                      "a reduction needs all iterations at once.")
   with tf.name_scope("pfor"):
-    refusal = (fallback_allowed and body.config is None and
-               whole_body_loop.writes_variables(body.graph) and
-               whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
-                   n, static_n, fallback_allowed, Report(warn=False)))))
-    if refusal:
+    with dims.ints():
+      refusal = (fallback_allowed and body.config is None and
+                 whole_body_loop.writes_variables(body.graph) and
+                 whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
+                     n, static_n, fallback_allowed, Report(warn=False)))))
+    if refusal:   # runs loop_fn again: the user's code, with the user's kind of dims
       return whole_body_loop.run_sequentially(loop_fn, body.traced, n, static_n, refusal)
-    if not chunked:
-      values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
-                                                           report))
-      flat = [ragged.output_tensor(v, n, stack) for v in values]
-    elif static_n is not None and options.compiled_by_xla():
-      flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,
-                                                   fallback_allowed, report)
-    else:
-      flat, operations = _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed,
-                                            report)
+    with dims.ints():
+      return _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report)
+
+
+def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
+  """The body converted for all n iterations (in chunks if `chunked`), packed."""
+  if not chunked:
+    values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
+                                                         report))
+    flat = [ragged.output_tensor(v, n, stack) for v in values]
+  elif static_n is not None and options.compiled_by_xla():
+    flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,
+                                                 fallback_allowed, report)
+  else:
+    flat, operations = _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed,
+                                          report)
   return body.traced.pack(flat, operations)
 
 

@@ -128,11 +128,10 @@ def trace(fn, input_specs, extra_args=(), name=None):
 
   # Gradients of conditionals taken inside the body pass intermediates as plain tensors
   # (FakeParam where a branch lacks one), not as Optionals, which have no vectorized form.
-  created = []
+  caller = tf.compat.v1.get_default_graph()
   with context.temporarily_disable_optionals_in_gradients(), \
-      tf.variable_creator_scope(functools.partial(_record_variable, created)):
+      tf.variable_creator_scope(functools.partial(_join_collections, caller)):
     graph = tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
-  _collect_variables(created)
   traced = Traced(graph, result["structure"], result["kinds"], result["markers"])
   traced.ragged_ranks = result["ragged_ranks"]
   return traced
@@ -201,26 +200,22 @@ def _flat_outputs(structure, where):
   return leaves
 
 
-def _record_variable(created, next_creator, **kwargs):
+def _join_collections(caller, next_creator, **kwargs):
+  """A variable the function creates (a layer built lazily) joins the caller's TF1
+  collections as it is created, as if the function ran in the caller's graph: the
+  tf.function we trace in lifts it out but lists it as a global variable only, so a body
+  reading `tf.compat.v1.trainable_variables()` right after building a layer (to take
+  `tf.gradients` over them) would otherwise get an empty list, and return no gradients."""
   variable = next_creator(**kwargs)
-  created.append(variable)
+  if isinstance(caller, func_graph_module.FuncGraph):
+    return variable
+  keys = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES]
+  if getattr(variable, "trainable", False):
+    keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+  for key in keys:
+    if not any(v is variable for v in caller.get_collection(key)):
+      caller.add_to_collection(key, variable)
   return variable
-
-
-def _collect_variables(created):
-  """Variables the function created (a layer built lazily) join the caller's TF1
-  collections, as if it had run in the caller's graph: the tf.function we trace in lifts
-  them out, but lists them as global variables only, not trainable ones."""
-  graph = tf.compat.v1.get_default_graph()
-  if not created or isinstance(graph, func_graph_module.FuncGraph):
-    return
-  for variable in created:
-    keys = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES]
-    if getattr(variable, "trainable", False):
-      keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-    for key in keys:
-      if not any(v is variable for v in graph.get_collection(key)):
-        graph.add_to_collection(key, variable)
 
 
 def _marker(operation):

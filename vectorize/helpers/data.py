@@ -30,6 +30,7 @@ from tensorflow.python.ops import gen_dataset_ops
 from tensorflow.python.util import nest
 
 from vectorize import api
+from vectorize import dims
 from vectorize.errors import ConversionError
 
 # Ops that call back into Python for each element.
@@ -136,7 +137,7 @@ def _vectorized(fn, fallback):
     flat = tf.nest.flatten(batch)
     if not flat:
       raise ValueError("map_and_batch: the dataset's elements hold no tensor.")
-    static_n = flat[0].shape[0]
+    static_n = dims.leading(flat[0])
     # The last batch may be smaller: n is read from the batch.
     n = static_n if static_n is not None else tf.shape(flat[0], out_type=tf.int32)[0]
 

@@ -16,6 +16,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from vectorize import api
 from vectorize import cache
+from vectorize import dims
 
 _DEFAULT_WHILE_PARALLEL_ITERATIONS = 10
 
@@ -55,7 +56,7 @@ def jacobian(output, inputs, use_pfor=True, parallel_iterations=None):
   flat_inputs = tf.nest.flatten(inputs)
   targets = [_gradient_target(x) for x in flat_inputs]
   flat_output = tf.reshape(output, [-1])
-  num_rows = _static_or_dynamic(flat_output.shape[0], lambda: tf.size(output))
+  num_rows = _static_or_dynamic(dims.leading(flat_output), lambda: tf.size(output))
 
   def row_gradients(i):
     return tf.gradients(tf.gather(flat_output, i), targets)
@@ -104,11 +105,13 @@ def batch_jacobian(output, inp, use_pfor=True, parallel_iterations=None):
   if not output.shape[:1].is_compatible_with(inp_shape[:1]):
     raise ValueError(f"batch_jacobian needs the same batch size in output and inp; got "
                      f"output shape {output.shape} and inp shape {inp_shape}.")
-  static_batch = output.shape[0] if output.shape[0] is not None else inp_shape[0]
+  static_batch = dims.leading(output)
+  if static_batch is None:
+    static_batch = dims.leading(inp)
   batch = _static_or_dynamic(static_batch, lambda: tf.shape(output)[0])
   row_size = _static_or_dynamic(output.shape[1:].num_elements(),
                                 lambda: tf.reduce_prod(tf.shape(output)[1:]))
-  if output.shape[0] is None or inp_shape[0] is None:
+  if dims.leading(output) is None or dims.leading(inp) is None:
     check = tf.debugging.assert_equal(
         tf.shape(output)[0], tf.shape(inp)[0],
         message="batch_jacobian needs the same batch size in output and inp")

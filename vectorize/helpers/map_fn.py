@@ -18,6 +18,7 @@ from tensorflow.python.util import nest
 
 from vectorize import api
 from vectorize import cache
+from vectorize import dims
 from vectorize import options
 from vectorize import trace
 
@@ -167,13 +168,13 @@ def _leading_dim(flat):
 
   Leading dimensions known at trace time must agree; unknown ones are checked at run time.
   """
-  dims = [t.shape[0] for t in flat]
-  known = sorted({d for d in dims if d is not None})
+  leading = [dims.leading(t) for t in flat]
+  known = sorted({d for d in leading if d is not None})
   if len(known) > 1:
     raise ValueError(f"map_fn: the tensors of elems must share their leading dimension; "
-                     f"got {', '.join(str(d) for d in dims)}.")
+                     f"got {', '.join(str(d) for d in leading)}.")
   n = known[0] if known else tf.shape(flat[0], out_type=tf.int32)[0]
-  if len(flat) > 1 and None in dims:
+  if len(flat) > 1 and None in leading:
     checks = [tf.debugging.assert_equal(tf.shape(t, out_type=tf.int32)[0], n, message=
                                         "map_fn: elems differ in their leading dimension")
               for t in flat]

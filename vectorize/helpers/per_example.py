@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from vectorize import api
 from vectorize import cache
+from vectorize import dims
 
 
 def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=True,
@@ -101,7 +102,7 @@ def _batch_size(flat_batch):
     if t.shape.rank == 0:
       raise ValueError(f"per_example_gradients needs a leading batch axis on every batch "
                        f"element; got the scalar {t.name}.")
-  static = {t.shape[0] for t in flat_batch} - {None}
+  static = {dims.leading(t) for t in flat_batch} - {None}
   if len(static) > 1:
     raise ValueError(f"per_example_gradients needs the same leading dimension in every "
                      f"batch element; got {sorted(static)}.")

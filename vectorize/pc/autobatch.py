@@ -10,6 +10,7 @@ minimum / False instead, since a compiled program cannot raise).
 
 import tensorflow as tf
 
+from vectorize import dims
 from vectorize.errors import ConversionError
 from vectorize.pc import engine_bridge, ir, pipeline, vm
 
@@ -90,7 +91,8 @@ class Batched:
         raise tf.errors.InvalidArgumentError(
             None, None, self._failure(program, code) + f" (batch members {failed[:10]})")
     else:
-      results, overflow = vm.run(program, inputs, self.max_stack_depth, self.max_steps)
+      with dims.ints():   # the program is ours; the user's TF1 graph may index Dimensions
+        results, overflow = vm.run(program, inputs, self.max_stack_depth, self.max_steps)
       if not engine_bridge.static_shapes_wanted():
         results = self._checked(program, results, overflow)
     return results[0] if len(results) == 1 else tuple(results)
@@ -127,8 +129,8 @@ class Batched:
       if not x.shape[1:].is_fully_defined():
         raise ConversionError(f"autobatch({name}): input {k}'s per-example shape "
                               f"{x.shape[1:]} is not static")
-      if x.shape[0] is not None:
-        sizes.add(x.shape[0])
+      if dims.leading(x) is not None:
+        sizes.add(dims.leading(x))
     if len(sizes) > 1:
       raise ConversionError(f"autobatch({name}): the inputs' batch sizes differ: "
                             f"{sorted(sizes)}")
