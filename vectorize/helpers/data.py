@@ -14,7 +14,13 @@ unless the function carries the `experimental_ints_on_device` attribute, which s
 the single-device function runtime; a vectorized function is several times larger than the
 per-element one, so Grappler was most of each epoch's start (30 of 44 ms CPU for the
 tfdata_records pipeline). The map over batches therefore carries that attribute: on the CPU
-device where tf.data runs map functions, where int32 values live changes nothing.
+device where tf.data runs map functions, where int32 values live changes nothing. But the
+attribute turns each int32 output into a `_DeviceRetval` node, and tf.data's pipeline rewrites
+at iterator creation (inject_prefetch and others) tell a function from the pipeline by its
+outputs all being `_Retval`s: a function with an int32 output and another output is taken for
+a pipeline with several fetch nodes ("Expected only one fetch node"). So the map over batches
+returns its int32 outputs bitcast to uint32 (no copy), and a map of bitcasts after it, a
+function too small for Grappler to matter, gives them back as int32.
 
 A fn that calls Python per element fails at apply time with a `ConversionError` saying what
 to do; so does one that reads and writes a variable in an order-dependent way when the
@@ -75,7 +81,8 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
   def apply(dataset):
     _check_dense(dataset.element_spec)
     batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    return _MapBatches(batched, _vectorized(fn, fallback_to_while_loop), num_parallel_calls)
+    vectorized, carried = _int32_as_uint32(_vectorized(fn, fallback_to_while_loop))
+    return _restore_int32(_MapBatches(batched, vectorized, num_parallel_calls), carried)
 
   return apply
 
@@ -110,6 +117,38 @@ class _MapBatches(dataset_ops.UnaryDataset):
   @property
   def element_spec(self):
     return self._map_func.output_structure
+
+
+def _int32_as_uint32(fn):
+  """`fn` with its int32 tensor outputs bitcast to uint32, and the list of flags (one per
+  flat output) that tracing it fills: which outputs were int32. A function carrying
+  `_SINGLE_DEVICE_ATTRIBUTES` must not return int32 (see the module docstring)."""
+  carried = []
+
+  def without_int32(*batch):
+    outputs = fn(*batch)
+    flat = tf.nest.flatten(outputs)
+    carried[:] = [isinstance(t, tf.Tensor) and t.dtype == tf.int32 for t in flat]
+    return tf.nest.pack_sequence_as(outputs, [
+        tf.bitcast(t, tf.uint32) if is_int32 else t for t, is_int32 in zip(flat, carried)])
+
+  return without_int32, carried
+
+
+def _restore_int32(dataset, carried):
+  """`dataset` with the outputs `carried` flags bitcast back to int32 (a plain map, so its
+  function returns int32 by `_Retval`s), or `dataset` itself where there are none."""
+  if not any(carried):
+    return dataset
+  is_tuple = isinstance(dataset.element_spec, tuple)
+
+  def restore(*parts):
+    element = parts if is_tuple else parts[0]
+    flat = tf.nest.flatten(element)
+    return tf.nest.pack_sequence_as(element, [
+        tf.bitcast(t, tf.int32) if is_int32 else t for t, is_int32 in zip(flat, carried)])
+
+  return dataset.map(restore)
 
 
 def _check_dense(element_spec):
