@@ -371,3 +371,38 @@ def test_map_and_batch_of_a_keras_discretization_equals_map_then_batch():
   fn = lambda image, label: (image[0, 0], bins(image[0, 0]))
   ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
   _assert_same_elements(ds.apply(data.map_and_batch(fn, 4)), ds.map(fn).batch(4))
+
+
+# ------------------------------------------- dense where map then batch is dense
+
+_SIZED_BY_DATA = {   # outputs whose size pfor cannot prove equal in every element
+    "boolean_mask": lambda image, label: tf.boolean_mask(image[0, 0], image[0, 0] > -9.0),
+    "unique": lambda image, label: tf.unique(tf.cast(image[0, 0] > -9.0, tf.int32))[0],
+    "where": lambda image, label: (tf.where(image[0] > -9.0), label),
+    "range": lambda image, label: {"r": tf.range(tf.cast(label, tf.int32) * 0 + 3), "l": label},
+    "user_ragged": lambda image, label: tf.RaggedTensor.from_row_lengths(image[0, 0], [1, 2]),
+    "user_sparse": lambda image, label: tf.sparse.from_dense(image[0, :1]),
+}
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+@pytest.mark.parametrize("name", sorted(_SIZED_BY_DATA))
+def test_map_and_batch_types_batches_as_map_then_batch(name, drop_remainder):
+  """Dense batches (not RaggedTensors) of dense outputs whose size the data decides, ragged
+  ones of RaggedTensor outputs, and the reference's static shapes."""
+  fn = _SIZED_BY_DATA[name]
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  _assert_same_elements(ds.apply(data.map_and_batch(fn, 4, drop_remainder)),
+                        ds.map(fn).batch(4, drop_remainder))
+
+
+def test_map_and_batch_of_sizes_that_differ_in_a_batch_stops_as_map_then_batch():
+  fn = lambda image, label: tf.range(label % 2 + 1)
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  actual = ds.apply(data.map_and_batch(fn, 4))
+  assert actual.element_spec == ds.map(fn).batch(4).element_spec
+  with pytest.raises(tf.errors.InvalidArgumentError, match="Cannot add tensor to the batch"):
+    list(ds.map(fn).batch(4))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"(?s)output <top level> of <lambda> has different shapes.*To fix"):
+    list(actual)
