@@ -9,6 +9,7 @@ order. Under XLA they are a `ConversionError`: the sizes are not static.
 
 import tensorflow as tf
 
+from vectorize import offsets
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
@@ -24,7 +25,11 @@ def _segment_counts(ids, n):
 @register("Range")
 def _convert_range(op):
   """Per-iteration bounds: lengths as TF's kernel counts them (its argument checks kept),
-  then `start + position * delta` for every row at once."""
+  then `start + position * delta` for every row at once; stacked where the length is the
+  same in every iteration (`_range_of_invariant_length`)."""
+  same_length = _range_of_invariant_length(op)
+  if same_length is not None:
+    return same_length
   ragged.require_dynamic_shapes(op.op, "tf.range with bounds that differ per iteration")
   start, limit, delta = (op.stacked(k) for k in range(3))
   valid = tf.logical_and(tf.not_equal(delta, 0), tf.where(delta > 0, start <= limit,
@@ -48,6 +53,38 @@ def _convert_range(op):
     positions = tf.cast(rows.positions, start.dtype)
     flat = tf.gather(start, ids) + positions * tf.gather(delta, ids)
   return ragged.ragged(flat, rows.row_lengths)
+
+
+def _range_of_invariant_length(op):
+  """`tf.range(s, s + k, d)` with `k` and `d` loop-invariant (`vectorize/offsets.py`): every
+  iteration has the same length, so the ranges stack as `[n, length]`, as the loop's do (also
+  under XLA where the length is static). None where that is not provable."""
+  if op.is_stacked(2):
+    return None
+  span = offsets.invariant_difference(op, 1, 0)
+  if span is None:
+    return None
+  delta = op.invariant(2)
+  static_delta = tf.get_static_value(delta)
+  if isinstance(span, int) and static_delta is not None:
+    static_delta = int(static_delta)
+    if static_delta != 0 and (span == 0 or (span > 0) == (static_delta > 0)):
+      length = (abs(span) + abs(static_delta) - 1) // abs(static_delta)
+      return stacked(_stacked_ranges(op.stacked(0), length, delta))
+  span = tf.cast(span, delta.dtype)
+  valid = tf.logical_and(tf.not_equal(delta, 0), tf.where(delta > 0, span >= 0, span <= 0))
+  check = tf.debugging.Assert(tf.logical_or(tf.equal(op.ctx.n, 0), valid), [
+      f"vectorize: {op.op.name}: tf.range needs delta != 0, start <= limit when delta > 0 "
+      "and start >= limit when delta < 0; limit - start and delta:", span, delta])
+  with tf.control_dependencies([check]):
+    length = (tf.abs(span) + tf.abs(delta) - 1) // tf.abs(delta)
+  return stacked(_stacked_ranges(op.stacked(0), length, delta))
+
+
+def _stacked_ranges(start, length, delta):
+  """`[n, length]`: row j is `start[j] + position * delta`."""
+  steps = tf.range(tf.cast(length, start.dtype), dtype=start.dtype) * delta
+  return start[:, tf.newaxis] + steps[tf.newaxis, :]
 
 
 @register("Where")

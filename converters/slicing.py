@@ -25,6 +25,7 @@ from converters import fusions
 from converters import shapes
 from vectorize import graph_io
 from vectorize import indexing
+from vectorize import offsets
 from vectorize import options
 from vectorize import ragged
 from vectorize import values
@@ -178,14 +179,17 @@ class _Varying(NamedTuple):
   """A dim whose bounds differ per iteration: indices `start + range(length) * stride`.
 
   `start` is `[n]`; `length` an int or scalar tensor; `sizes` the `[n]` per-iteration
-  lengths that must all equal `length` (None when they do by construction). A `shrink` dim
-  gathers `start` alone and drops the dim.
+  lengths that must all equal `length` (None when they do by construction); `fixed`: the
+  graph fixes `length` though it is a tensor (an invariant difference of the bounds), so
+  differing sizes are an error, not a ragged result. A `shrink` dim gathers `start` alone
+  and drops the dim.
   """
   start: tf.Tensor
   length: Union[int, tf.Tensor, None]
   stride: int
   shrink: bool
   sizes: Optional[tf.Tensor]
+  fixed: bool = False
 
 
 def _slice_by_plan(x, plan, new_axes, dtype, what):
@@ -238,7 +242,8 @@ def _ragged_first_axis(positions, new_axes):
   """The varying dim `(pos, plan)` whose lengths nothing in the graph fixes, when it is the
   only one and becomes the output's first axis (`x[i][:lengths[i]]`, `x[i, s[i]:, 0]`): the
   output is then ragged rather than checked equal. None otherwise."""
-  unfixed = [q for q in positions if q[1].sizes is not None and not isinstance(q[1].length, int)]
+  unfixed = [q for q in positions if q[1].sizes is not None and
+             not isinstance(q[1].length, int) and not q[1].fixed]
   if len(unfixed) != 1 or 0 in new_axes or options.static_shapes_wanted():
     return None
   pos = unfixed[0][0]
@@ -350,53 +355,6 @@ def _dim_sizes(op, x, rank, dtype):
   return [static[d] if static[d] is not None else dynamic[d] for d in range(rank)]
 
 
-def _offset_form(tensor, k):
-  """(key, offset) such that column k of `tensor` is `key`'s value plus the int offset.
-
-  Follows Identity, Pack and additions of constants in the body's graph, so `i + 1` and
-  `i` share a key; used to see that `end - begin` is the same in every iteration.
-  """
-  offset = 0
-  while True:
-    if k is not None and tensor.shape.rank == 0:
-      k = None
-    o = tensor.op
-    if o.type == "Identity":
-      tensor = o.inputs[0]
-    elif o.type == "Pack" and k is not None and o.get_attr("axis") == 0:
-      tensor, k = o.inputs[k], None
-    elif o.type in ("AddV2", "Add", "Sub"):
-      a, b = o.inputs
-      cb, ca = _static_column(b, k), _static_column(a, k)
-      if cb is not None:
-        offset, tensor = offset + (cb if o.type != "Sub" else -cb), a
-      elif ca is not None and o.type != "Sub":
-        offset, tensor = offset + ca, b
-      else:
-        return (tensor.ref(), k), offset
-    else:
-      return (tensor.ref(), k), offset
-
-
-def _static_column(tensor, k):
-  value = tf.get_static_value(tensor)
-  if value is None:
-    return None
-  value = np.asarray(value)
-  if value.ndim == 0:
-    return int(value)
-  if value.ndim == 1 and k is not None:
-    return int(value[k if value.shape[0] > 1 else 0])
-  return None
-
-
-def _static_difference(op, k):
-  """Column k of `end - begin` (inputs 2 and 1) when the body's graph fixes it, else None."""
-  end_key, end_offset = _offset_form(op.op.inputs[2], k)
-  begin_key, begin_offset = _offset_form(op.op.inputs[1], k)
-  return end_offset - begin_offset if end_key == begin_key else None
-
-
 def _num_steps(interval, stride):
   """Elements of `range(0, interval, stride)`, for ints or tensors."""
   if isinstance(interval, int):
@@ -490,9 +448,9 @@ def _plan_dim(op, k, dim, stride, begin_masked, end_masked, shrink, static_lengt
   stop = _canonical(end, dim, stride, end_masked, True, dtype)
   sizes = tf.broadcast_to(_num_steps(stop - start, stride), [n])
   if static_length is None and not begin_masked and not end_masked:
-    difference = _static_difference(op, k)
+    difference = offsets.invariant_difference(op, 2, 1, k, dtype)
     if difference is not None:
-      static_length = _num_steps(difference, stride)
+      return _Varying(start, _num_steps(difference, stride), stride, False, sizes, True)
   return _Varying(start, _varying_length(sizes, static_length), stride, False, sizes)
 
 

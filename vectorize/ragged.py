@@ -2,7 +2,9 @@
 
 The outputs of `tf.range` with per-iteration bounds, one-argument `tf.where`, `tf.unique` or
 `tf.boolean_mask` have a size of their own in every iteration, so they cannot be stacked on
-a loop axis. They are held as a `RaggedRows`: the iterations' values concatenated along
+a loop axis (a range or slice whose bounds differ by an invariant amount,
+`tf.range(s, s + k)`, has one length and is stacked instead: `vectorize/offsets.py`). They
+are held as a `RaggedRows`: the iterations' values concatenated along
 their first axis (`values`, `[sum of row lengths] + rest`) and one row length per iteration.
 Iteration j's value is `values[splits[j]:splits[j + 1]]`. The flat values have the rank of
 one iteration's value, and every per-iteration axis past the first keeps its index there,

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from tests.converters.test_ragged import LIMS, N, X, assert_equal_to_loop, _reference
+from tests.converters.test_ragged import LIMS, N, STARTS, X, assert_equal_to_loop, _reference
 
 STRINGS = tf.constant(["a bc d", "", "ef", "g h i j", "k"])
 FLAGS = tf.constant([True, False, True, True, False])
@@ -160,3 +160,63 @@ def test_fallback_keeps_several_axes_of_per_iteration_size(name, n, mode):
   assert int(actual.nrows()) == n
   for a, e in zip(actual, expected):
     np.testing.assert_array_equal(a.to_tensor() if isinstance(a, tf.RaggedTensor) else a, e)
+
+
+# ------------------------------------------- sizes the graph proves the same
+
+K = tf.Variable(3)   # loop-invariant, known only at run time
+SEQ = tf.range(40, dtype=tf.float32) * 0.5
+
+
+def _from_start(make):
+  """A body of `make(s, k)`, s a per-iteration start."""
+  return lambda i: make(tf.gather(STARTS, i), K.read_value())
+
+
+SAME_LENGTH_BODIES = {
+    "range_i_to_i_plus_3": lambda i: tf.range(i, i + 3),
+    "range_s_to_s_plus_k": _from_start(lambda s, k: tf.range(s, s + k)),
+    "range_by_2": _from_start(lambda s, k: tf.range(s, s + 2 * k, 2)),
+    "range_down": _from_start(lambda s, k: tf.range(s + k, s, -1)),
+    "slice_i_to_i_plus_2": lambda i: SEQ[i:i + 2],
+    "slice_s_to_s_plus_k": _from_start(lambda s, k: SEQ[s + 2:s + 2 + k]),
+}
+
+
+def _stacked_loop(body, n):
+  """The loop's result: the iterations' values stacked (dense, as tf.stack gives)."""
+  return np.stack([body(tf.constant(i)).numpy() for i in range(n)])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [N, 0])
+@pytest.mark.parametrize("name", sorted(SAME_LENGTH_BODIES))
+def test_a_length_the_graph_proves_invariant_gives_a_dense_result(name, n, mode):
+  """Bounds that differ per iteration by an invariant difference: the loop stacks the
+  iterations' values, and so does pfor (these came back ragged)."""
+  body = SAME_LENGTH_BODIES[name]
+  actual = _run(body, n, mode)
+  assert not isinstance(actual, tf.RaggedTensor)
+  if n:
+    np.testing.assert_array_equal(actual.numpy(), _stacked_loop(body, n))
+  else:
+    assert actual.shape[0] == 0 and actual.dtype == body(tf.constant(0)).dtype
+
+
+@pytest.mark.parametrize("name", ["range_i_to_i_plus_3", "slice_i_to_i_plus_2"])
+def test_a_length_the_graph_proves_invariant_is_dense_under_xla(name):
+  body = SAME_LENGTH_BODIES[name]
+  actual = tf.function(lambda: vectorize.pfor(body, N, fallback_to_while_loop=False),
+                       jit_compile=True)()
+  np.testing.assert_array_equal(actual.numpy(), _stacked_loop(body, N))
+
+
+def test_a_range_of_invariant_length_keeps_tf_range_checks():
+  with pytest.raises(tf.errors.InvalidArgumentError, match="start <= limit"):
+    _run(lambda i: tf.range(i, i - K.read_value()), N, "function")
+  assert _run(lambda i: tf.range(i, i - K.read_value()), 0, "function").shape[0] == 0
+
+
+def test_a_length_that_differs_per_iteration_stays_ragged():
+  body = _from_start(lambda s, k: tf.range(s, 2 * s + k))
+  assert isinstance(_run(body, N, "function"), tf.RaggedTensor)

@@ -14,7 +14,13 @@ unless the function carries the `experimental_ints_on_device` attribute, which s
 the single-device function runtime; a vectorized function is several times larger than the
 per-element one, so Grappler was most of each epoch's start (30 of 44 ms CPU for the
 tfdata_records pipeline). The map over batches therefore carries that attribute: on the CPU
-device where tf.data runs map functions, where int32 values live changes nothing.
+device where tf.data runs map functions, where int32 values live changes nothing. But the
+attribute turns each int32 output into a `_DeviceRetval` node, and tf.data's pipeline rewrites
+at iterator creation (inject_prefetch and others) tell a function from the pipeline by its
+outputs all being `_Retval`s: a function with an int32 output and another output is taken for
+a pipeline with several fetch nodes ("Expected only one fetch node"). So the map over batches
+returns its int32 outputs bitcast to uint32 (no copy), and a map of bitcasts after it, a
+function too small for Grappler to matter, gives them back as int32.
 
 A fn that calls Python per element fails at apply time with a `ConversionError` saying what
 to do; so does one that reads and writes a variable in an order-dependent way when the
@@ -26,6 +32,7 @@ from tensorflow.python.autograph.core import ag_ctx
 from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.data.ops import structured_function
+from tensorflow.python.framework import composite_tensor
 from tensorflow.python.ops import gen_dataset_ops
 from tensorflow.python.util import nest
 
@@ -43,7 +50,10 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
 
   Args:
     fn: the per-element function, as for `Dataset.map` (a tuple element arrives as
-      positional arguments); it must return dense tensors.
+      positional arguments). Its outputs are batched as `batch()` batches them: a dense
+      output gives dense batches (checked at run time to have one shape in every element,
+      where pfor alone would give a RaggedTensor), a RaggedTensor or SparseTensor output
+      gives ragged or sparse batches.
     batch_size: elements per batch, a Python int or scalar int64 tensor, as for `batch`.
     drop_remainder: drop the last batch when it has fewer than `batch_size` elements.
     num_parallel_calls: passed to the `map` over batches (e.g. `tf.data.AUTOTUNE`).
@@ -76,7 +86,8 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
   def apply(dataset):
     _check_dense(dataset.element_spec)
     batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    return _MapBatches(batched, _vectorized(fn, fallback_to_while_loop), num_parallel_calls)
+    vectorized, carried = _int32_as_uint32(_vectorized(fn, fallback_to_while_loop))
+    return _restore_int32(_MapBatches(batched, vectorized, num_parallel_calls), carried)
 
   return apply
 
@@ -113,6 +124,38 @@ class _MapBatches(dataset_ops.UnaryDataset):
     return self._map_func.output_structure
 
 
+def _int32_as_uint32(fn):
+  """`fn` with its int32 tensor outputs bitcast to uint32, and the list of flags (one per
+  flat output) that tracing it fills: which outputs were int32. A function carrying
+  `_SINGLE_DEVICE_ATTRIBUTES` must not return int32 (see the module docstring)."""
+  carried = []
+
+  def without_int32(*batch):
+    outputs = fn(*batch)
+    flat = tf.nest.flatten(outputs)
+    carried[:] = [isinstance(t, tf.Tensor) and t.dtype == tf.int32 for t in flat]
+    return tf.nest.pack_sequence_as(outputs, [
+        tf.bitcast(t, tf.uint32) if is_int32 else t for t, is_int32 in zip(flat, carried)])
+
+  return without_int32, carried
+
+
+def _restore_int32(dataset, carried):
+  """`dataset` with the outputs `carried` flags bitcast back to int32 (a plain map, so its
+  function returns int32 by `_Retval`s), or `dataset` itself where there are none."""
+  if not any(carried):
+    return dataset
+  is_tuple = isinstance(dataset.element_spec, tuple)
+
+  def restore(*parts):
+    element = parts if is_tuple else parts[0]
+    flat = tf.nest.flatten(element)
+    return tf.nest.pack_sequence_as(element, [
+        tf.bitcast(t, tf.int32) if is_int32 else t for t, is_int32 in zip(flat, carried)])
+
+  return dataset.map(restore)
+
+
 def _check_dense(element_spec):
   for path, spec in nest.flatten_with_joined_string_paths(element_spec):
     if not isinstance(spec, tf.TensorSpec):
@@ -141,8 +184,11 @@ def _vectorized(fn, fallback):
     # The last batch may be smaller: n is read from the batch.
     n = static_n if static_n is not None else tf.shape(flat[0], out_type=tf.int32)[0]
 
+    element = []   # fn's outputs for one element, as traced
+
     def loop_fn(i):
-      return fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))
+      element[:] = [fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))]
+      return element[0]
 
     try:
       outputs = api.pfor_in_graph(loop_fn, n, fallback, None, is_a_size=True)
@@ -153,9 +199,54 @@ def _vectorized(fn, fallback):
           "elements cannot run there: use dataset.map(fn).batch(...) for it, or make the "
           "state update commutative (assign_add) or per-batch.") from e
     _refuse_python_calls(api.last_report(), fn)
-    return outputs
+    return _typed_as_batches(outputs, element[0], static_n, fn)
 
   return vectorized_fn
+
+
+def _typed_as_batches(outputs, element, static_n, fn):
+  """`outputs` (pfor's) typed as `batch()` types a batch of `element`s (fn's outputs for one
+  element): pfor gives a tf.RaggedTensor where sizes may differ per element, but map then
+  batch gives a dense batch of a dense output, and stops where sizes differ; and the static
+  shapes of the per-element outputs hold for the batch too."""
+  flat_element = tf.nest.flatten(element)
+  paths = [path for path, _ in nest.flatten_with_joined_string_paths(element)]
+  return tf.nest.pack_sequence_as(outputs, [
+      _typed_as_batch(output, _spec(one)._batch(static_n), path or "<top level>", fn)
+      for output, one, path in zip(tf.nest.flatten(outputs), flat_element, paths)])
+
+
+def _spec(value):
+  if isinstance(value, (tf.Tensor, composite_tensor.CompositeTensor)):
+    return tf.type_spec_from_value(value)
+  return tf.type_spec_from_value(tf.convert_to_tensor(value))
+
+
+def _typed_as_batch(output, spec, path, fn):
+  """`output` of the type `spec` (the batch's, as `batch()` gives it)."""
+  if isinstance(spec, tf.TensorSpec):
+    if isinstance(output, tf.RaggedTensor):
+      output = _dense_batch(output, path, fn)
+    output.set_shape(spec.shape)
+  elif isinstance(spec, tf.SparseTensorSpec):
+    output.set_shape(spec.shape)
+  elif isinstance(spec, tf.RaggedTensorSpec):
+    output = output.with_row_splits_dtype(spec.row_splits_dtype)
+    output._set_shape(spec.shape)  # pylint: disable=protected-access
+  return output
+
+
+def _dense_batch(rt, path, fn):
+  """The dense batch of a dense per-element output whose size pfor could not prove equal in
+  every element: checked equal at run time, where map then batch would stop too."""
+  same = [tf.reduce_all(tf.equal(lengths, lengths[:1])) for lengths in rt.nested_row_lengths()]
+  check = tf.debugging.Assert(tf.reduce_all(tf.stack(same)), [
+      f"map_and_batch: the output {path} of {_name(fn)} has different shapes in the elements "
+      "of a batch, which map(fn).batch(...) cannot batch either. To fix: give it one shape "
+      "in fn (pad, slice or resize it), or return a tf.RaggedTensor from fn for ragged "
+      "batches. Sizes per element:", rt.nested_row_lengths()[0]], summarize=20)
+  with tf.control_dependencies([check]):
+    return rt.to_tensor()
 
 
 def _refuse_python_calls(report, fn):

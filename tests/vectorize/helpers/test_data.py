@@ -296,3 +296,113 @@ def test_map_and_batch_inside_a_tf_function_equals_map_then_batch(num_parallel_c
   expected = summed(ds.map(_preprocess).batch(4))
   for key in expected:
     np.testing.assert_allclose(actual[key], expected[key], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------- every dtype a map fn may return
+
+_DTYPES = [tf.float16, tf.float32, tf.float64, tf.bfloat16, tf.int8, tf.int16, tf.int32,
+           tf.int64, tf.uint8, tf.bool, tf.string, tf.complex64]
+
+
+def _as(x, dtype):
+  """x (float32) as `dtype`: strings by formatting, the others by a cast."""
+  if dtype == tf.string:
+    return tf.strings.as_string(x)
+  return tf.cast(x, dtype)
+
+
+def _assert_same_elements(actual, expected):
+  """Equal element specs, then equal values (floats up to rounding, others exactly)."""
+  assert actual.element_spec == expected.element_spec
+  actual, expected = list(actual), list(expected)
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    tf.nest.assert_same_structure(a, e, expand_composites=True)
+    for x, y in zip(tf.nest.flatten(a, expand_composites=True),
+                    tf.nest.flatten(e, expand_composites=True)):
+      assert x.dtype == y.dtype
+      if x.dtype.is_floating:
+        np.testing.assert_allclose(tf.cast(x, tf.float64), tf.cast(y, tf.float64), rtol=1e-3)
+      else:
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
+def test_map_and_batch_of_two_outputs_of_every_dtype_equals_map_then_batch(dtype):
+  """An int32 output beside another one failed at iterator creation ("Expected only one
+  fetch node"): the single-device attribute made it a `_DeviceRetval`."""
+  fn = lambda image, label: (image[0, 0], _as(image[1, 1, 0] * 10.0, dtype))
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  _assert_same_elements(ds.apply(data.map_and_batch(fn, 4)), ds.map(fn).batch(4))
+
+
+def _all_dtypes_fn(image, label):
+  """Nested tuples and dicts holding every dtype, int32 ones among them."""
+  value = image[0, 0, 0] * 10.0
+  word = tf.strings.as_string(tf.cast(label, tf.int32))
+  return ({d.name: _as(value, d) for d in _DTYPES},
+          (tf.strings.length(word), {"label": tf.cast(label, tf.int32), "row": image[0, 0]}))
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_map_and_batch_of_nested_outputs_of_every_dtype_equals_map_then_batch(drop_remainder):
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))   # 10 elements: a batch of 2 last
+  _assert_same_elements(ds.apply(data.map_and_batch(_all_dtypes_fn, 4, drop_remainder)),
+                        ds.map(_all_dtypes_fn).batch(4, drop_remainder))
+
+
+def test_map_and_batch_of_int32_outputs_inside_a_tf_function_equals_map_then_batch():
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  fn = lambda image, label: {"f": image[0, 0, 0], "i": tf.cast(label, tf.int32) * 3}
+
+  def summed(batched):
+    return batched.reduce((0.0, 0), lambda acc, b: (acc[0] + tf.reduce_sum(b["f"]),
+                                                    acc[1] + tf.reduce_sum(b["i"])))
+
+  actual = tf.function(lambda: summed(ds.apply(data.map_and_batch(fn, 4))))()
+  expected = summed(ds.map(fn).batch(4))
+  np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5)
+  assert actual[1].dtype == tf.int32 and actual[1] == expected[1]
+
+
+def test_map_and_batch_of_a_keras_discretization_equals_map_then_batch():
+  import keras  # pylint: disable=g-import-not-at-top
+  bins = keras.layers.Discretization(bin_boundaries=[-0.5, 0.0, 0.5])
+  fn = lambda image, label: (image[0, 0], bins(image[0, 0]))
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  _assert_same_elements(ds.apply(data.map_and_batch(fn, 4)), ds.map(fn).batch(4))
+
+
+# ------------------------------------------- dense where map then batch is dense
+
+_SIZED_BY_DATA = {   # outputs whose size pfor cannot prove equal in every element
+    "boolean_mask": lambda image, label: tf.boolean_mask(image[0, 0], image[0, 0] > -9.0),
+    "unique": lambda image, label: tf.unique(tf.cast(image[0, 0] > -9.0, tf.int32))[0],
+    "where": lambda image, label: (tf.where(image[0] > -9.0), label),
+    "range": lambda image, label: {"r": tf.range(tf.cast(label, tf.int32) * 0 + 3), "l": label},
+    "user_ragged": lambda image, label: tf.RaggedTensor.from_row_lengths(image[0, 0], [1, 2]),
+    "user_sparse": lambda image, label: tf.sparse.from_dense(image[0, :1]),
+}
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+@pytest.mark.parametrize("name", sorted(_SIZED_BY_DATA))
+def test_map_and_batch_types_batches_as_map_then_batch(name, drop_remainder):
+  """Dense batches (not RaggedTensors) of dense outputs whose size the data decides, ragged
+  ones of RaggedTensor outputs, and the reference's static shapes."""
+  fn = _SIZED_BY_DATA[name]
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  _assert_same_elements(ds.apply(data.map_and_batch(fn, 4, drop_remainder)),
+                        ds.map(fn).batch(4, drop_remainder))
+
+
+def test_map_and_batch_of_sizes_that_differ_in_a_batch_stops_as_map_then_batch():
+  fn = lambda image, label: tf.range(label % 2 + 1)
+  ds = tf.data.Dataset.from_tensor_slices((IMAGES, LABELS))
+  actual = ds.apply(data.map_and_batch(fn, 4))
+  assert actual.element_spec == ds.map(fn).batch(4).element_spec
+  with pytest.raises(tf.errors.InvalidArgumentError, match="Cannot add tensor to the batch"):
+    list(ds.map(fn).batch(4))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"(?s)output <top level> of <lambda> has different shapes.*To fix"):
+    list(actual)
