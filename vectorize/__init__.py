@@ -1,8 +1,9 @@
 """vectorize: static vectorization of TensorFlow 2 programs (parallel-for)."""
 
 from vectorize.api import last_report, pfor, static_shapes, vectorized_map
+from vectorize.checked import checked
 from vectorize.config import PForConfig
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import CheckError, ConversionError, Unvectorizable
 from vectorize.explanation import Explanation, explain
 from vectorize.helpers import data
 from vectorize.helpers.jacobian import (batch_jacobian, batch_jacobian_fn, hessian, jacobian,
@@ -13,8 +14,8 @@ from vectorize.pc import autobatch
 from vectorize.registry import registered_op_types
 
 __all__ = [
-    "ConversionError", "Explanation", "PForConfig", "Unvectorizable", "autobatch",
-    "batch_jacobian", "batch_jacobian_fn", "data", "explain", "hessian", "jacobian", "jacobian_fn",
+    "CheckError", "ConversionError", "Explanation", "PForConfig", "Unvectorizable", "autobatch",
+    "batch_jacobian", "checked", "batch_jacobian_fn", "data", "explain", "hessian", "jacobian", "jacobian_fn",
     "last_report", "map_fn", "per_example_gradients", "pfor", "registered_op_types",
     "static_shapes", "vectorized_map",
 ]

@@ -16,7 +16,6 @@ from tensorflow.python.util import nest
 
 from vectorize import engine
 from vectorize import dims
-from vectorize import options
 from vectorize import trace
 from vectorize.cache import cached, callable_key, functions_traced
 from vectorize.options import static_shapes  # pylint: disable=unused-import  (re-exported)
@@ -64,7 +63,7 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
     return pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations, warn)
   static = isinstance(iters, int)
   key = (callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
-         parallel_iterations, warn, options.static_shapes_requested())
+         parallel_iterations, warn)
   fn = cached(key, lambda: _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
                                                  parallel_iterations, warn))
   with functions_traced():
@@ -94,8 +93,7 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
   """
   if tf.executing_eagerly():
-    key = ("vectorized_map", callable_key(fn), fallback_to_while_loop, warn,
-           options.static_shapes_requested())
+    key = ("vectorized_map", callable_key(fn), fallback_to_while_loop, warn)
     graph_fn = cached(key, lambda: tf.function(
         functools.partial(_eager_body, _vectorized_map_in_graph, fn,
                           fallback_to_while_loop=fallback_to_while_loop, warn=warn),

@@ -15,12 +15,18 @@ import types
 from absl import logging
 import tensorflow as tf
 
+from vectorize import errors
+from vectorize import options
+
 _EAGER_CACHE_SIZE = 64
 _eager_cache = collections.OrderedDict()
 
 
 def cached(key, make):
-  """The function cached under `key`, made by `make()` on a miss (least recent evicted)."""
+  """The function cached under `key` and the conversion options the caller set
+  (`options.cache_key()`: static shapes, the checked mode), made by `make()` on a miss
+  (least recent evicted)."""
+  key = (key, options.cache_key())
   fn = _eager_cache.get(key)
   if fn is None:
     fn = _eager_cache[key] = make()
@@ -100,11 +106,19 @@ def _cell_contents(cell):
 
 @contextlib.contextmanager
 def functions_traced():
-  """Turns `tf.config.run_functions_eagerly(True)` off for the block, as TF's pfor does:
-  the walker needs the body as a graph, and runs our cached `tf.function`s to get it."""
-  if not tf.config.functions_run_eagerly():
-    yield
-    return
+  """The block of an eager call of a cached function: a failed check raises CheckError,
+  and `tf.config.run_functions_eagerly(True)` is off, as TF's pfor does (the walker needs
+  the body as a graph, and runs our cached `tf.function`s to get it)."""
+  with errors.raising_check_errors():
+    if not tf.config.functions_run_eagerly():
+      yield
+      return
+    with _functions_not_run_eagerly():
+      yield
+
+
+@contextlib.contextmanager
+def _functions_not_run_eagerly():
   logging.warning("vectorize: tf.config.run_functions_eagerly(True) is set; vectorizing "
                   "needs tf.function, so it is turned off for this call.")
   tf.config.run_functions_eagerly(False)

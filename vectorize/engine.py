@@ -15,6 +15,7 @@ import converters  # pylint: disable=unused-import  (fills the registry)
 from vectorize.control_flow import calls  # pylint: disable=unused-import  (registers calls)
 from vectorize.control_flow import cond  # pylint: disable=unused-import  (registers If, Case)
 from vectorize.control_flow import while_loop  # pylint: disable=unused-import  (registers While)
+from vectorize import checked
 from vectorize import chunk_outputs
 from vectorize import dims
 from vectorize import options
@@ -40,24 +41,29 @@ def last_report():
 class LoopBody:
   """A loop body traced once for the loop index, with its `pfor_config` if it takes one."""
 
-  def __init__(self, traced, config):
+  def __init__(self, traced, config, loop_fn=None):
     self.traced = traced
     self.config = config
+    self.loop_fn = loop_fn    # the user's function, which the checked mode runs under XLA
 
   @property
   def graph(self):
     return self.traced.graph
 
-  def convert(self, ctx):
-    """The body's tensor outputs as Values and its Operations' conversions, for `ctx`."""
+  def convert(self, ctx, probes=()):
+    """The body's tensor outputs as Values and its Operations' conversions, for `ctx`;
+    with `probes` (body tensors the outputs depend on), also their Values."""
     inputs = [stacked(ctx.indices)] + [invariant(t) for t in self.traced.captured_inputs()]
     if self.config is not None:
       ctx.reductions = self.config.reductions
     control_outputs = self.traced.markers + list(getattr(self.graph, "control_outputs", []))
+    count = len(self.graph.outputs)
     outputs, effects = walker.convert_graph(self.graph, inputs, ctx,
+                                            list(self.graph.outputs) + list(probes),
                                             control_outputs=control_outputs,
                                             ragged_outputs=True)
-    return outputs, effects[:len(self.traced.markers)]   # one emitted NoOp per marker
+    operations = effects[:len(self.traced.markers)]   # one emitted NoOp per marker
+    return (outputs[:count], operations) + ((outputs[count:],) if probes else ())
 
 
 def trace_loop_body(loop_fn):
@@ -66,7 +72,8 @@ def trace_loop_body(loop_fn):
   name = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
   extra = (config,) if config is not None else ()
   with options.masked_control_flow():      # for a pfor inside the body: see there
-    return LoopBody(trace_module.trace(loop_fn, [LOOP_INDEX], extra, name), config)
+    return LoopBody(trace_module.trace(loop_fn, [LOOP_INDEX], extra, name), config,
+                    loop_fn)
 
 
 def whole_loop_context(n, static_n, fallback_allowed, report):
@@ -126,8 +133,11 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
 def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
   """The body converted for all n iterations (in chunks if `chunked`), packed."""
   if not chunked:
-    values, operations = body.convert(whole_loop_context(n, static_n, fallback_allowed,
-                                                         report))
+    ctx = whole_loop_context(n, static_n, fallback_allowed, report)
+    if checked.wanted(body):
+      values, operations = checked.convert_checked(body, ctx)
+    else:
+      values, operations = body.convert(ctx)
     flat = [ragged.output_tensor(v, n, stack) for v in values]
   elif static_n is not None and options.compiled_by_xla():
     flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,

@@ -1,4 +1,5 @@
-"""Conversion options a caller sets around a pfor: `static_shapes()` and when XLA asks for it.
+"""Conversion options a caller sets around a pfor: `static_shapes()` and when XLA asks for it,
+and the checked mode's sample (`vectorize.checked()`, `checked.py`).
 
 Control flow converts with dynamic shapes (partitioned active sets) unless the graph being
 built is compiled by XLA, which needs static shapes (masked active sets), or the caller asks
@@ -7,6 +8,7 @@ masks too (`masked_control_flow`), its shapes staying dynamic.
 """
 
 import contextlib
+import os
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
@@ -15,13 +17,17 @@ from tensorflow.python.ops import control_flow_util
 class _Options:
   static_shapes = False
   masked_control_flow = False
+  checked = None          # the checked mode's sample: an int, "all", or None (off)
 
 
 _options = _Options()
+CHECKED_VARIABLE = "VECTORIZE_CHECKED"
+CHECK_ALL = "all"
+DEFAULT_SAMPLE = 8
 
 
 @contextlib.contextmanager
-def _setting(name, value):
+def setting(name, value):
   """Sets option `name` to `value` within the block, then restores it."""
   previous = getattr(_options, name)
   setattr(_options, name, value)
@@ -41,7 +47,7 @@ def static_shapes(enabled=True):
     >>> with vectorize.static_shapes():
     ...   y = vectorize.pfor(body, 8)
   """
-  return _setting("static_shapes", enabled)
+  return setting("static_shapes", enabled)
 
 
 def masked_control_flow():
@@ -51,7 +57,7 @@ def masked_control_flow():
   loop converts, and a partitioned inner conditional or loop would give every outer
   iteration parts of their own sizes, which its gathers and stitches cannot take.
   """
-  return _setting("masked_control_flow", True)
+  return setting("masked_control_flow", True)
 
 
 def masked_control_flow_wanted():
@@ -59,9 +65,24 @@ def masked_control_flow_wanted():
   return _options.masked_control_flow or static_shapes_wanted()
 
 
-def static_shapes_requested():
-  """Whether the caller asked for static shapes (`static_shapes()`): part of cache keys."""
-  return _options.static_shapes
+def checked_sample():
+  """The checked mode's sample (an int, or CHECK_ALL), or None when not checking: set by
+  `vectorize.checked()`, else by the environment variable VECTORIZE_CHECKED ("1": the
+  default sample, "all", or a number)."""
+  if _options.checked is not None:
+    return _options.checked
+  env = os.environ.get(CHECKED_VARIABLE, "").strip().lower()
+  if env in ("", "0", "false", "no", "off"):
+    return None
+  if env == CHECK_ALL:
+    return CHECK_ALL
+  return int(env) if env.isdigit() and env != "1" else DEFAULT_SAMPLE
+
+
+def cache_key():
+  """What a caller asks of every conversion, which an eager cache key must hold: static
+  shapes (`static_shapes()`) and the checked mode."""
+  return (_options.static_shapes, checked_sample())
 
 
 def static_shapes_wanted():

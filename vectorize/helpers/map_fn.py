@@ -19,7 +19,6 @@ from tensorflow.python.util import nest
 from vectorize import api
 from vectorize import cache
 from vectorize import dims
-from vectorize import options
 from vectorize import trace
 
 _COMPOSITE_VALUES = (tf.RaggedTensor, tf.SparseTensor)
@@ -96,8 +95,7 @@ def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True, swap
 
 def _cached_graph_fn(fn, signature, fallback):
   """One tf.function per (fn, signature, fallback), in pfor's eager cache."""
-  key = ("map_fn", cache.callable_key(fn), _signature_key(signature), fallback,
-         options.static_shapes_requested())
+  key = ("map_fn", cache.callable_key(fn), _signature_key(signature), fallback)
   # A closure, not functools.partial: tf.function would trace a partial's bound arguments
   # as inputs, turning the signature's TensorSpecs into placeholders.
   return cache.cached(key, lambda: tf.function(

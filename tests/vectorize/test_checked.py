@@ -1,0 +1,176 @@
+"""The checked mode: pfor also runs the loop and raises where the two differ, naming the
+first op whose vectorized value differs. Broken converters (patched into the registry) are
+what it must catch; correct bodies of every kind must pass."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from vectorize import cache
+from vectorize import registry
+from vectorize.values import Value
+from tests import testing
+
+X = tf.constant(np.random.default_rng(7).standard_normal([6, 3]).astype(np.float32))
+LENGTHS = tf.constant([0, 3, 1, 2, 3, 1])
+
+
+def _run(body, n, mode):
+  with vectorize.checked():
+    return testing.run_pfor(body, n, mode=mode, fallback=True)
+
+
+def _cond_body(i):
+  return tf.cond(X[i, 0] > 0, lambda: tf.sin(X[i]), lambda: X[i] * 2.0)
+
+
+def _while_body(i):
+  return tf.while_loop(lambda k, s: k < LENGTHS[i], lambda k, s: (k + 1, s + X[i]),
+                       (0, tf.zeros([3])))[1]
+
+
+def _ragged_body(i):
+  return tf.range(LENGTHS[i]) * 2
+
+
+def _tensor_array_body(i):
+  ta = tf.TensorArray(tf.float32, size=3, element_shape=[3])
+  ta = tf.while_loop(lambda k, ta: k < LENGTHS[i], lambda k, ta: (k + 1, ta.write(k, X[i])),
+                     (0, ta))[1]
+  return ta.stack()
+
+
+def _random_body(i):
+  return tf.random.normal([3]) + X[i]        # not compared: the loop draws other numbers
+
+
+def _keras_body():
+  layer = tf.keras.layers.Dense(4)
+  layer.build([None, 3])
+
+  def body(i):
+    return layer(X[i][None])[0]
+  return body
+
+
+BODIES = {"cond": _cond_body, "while": _while_body, "tensor_array": _tensor_array_body,
+          "random": _random_body, "keras": _keras_body()}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic", "xla"])
+@pytest.mark.parametrize("n", [0, 6])
+def test_correct_bodies_pass(name, mode, n):
+  out = _run(BODIES[name], n, mode)
+  if name != "random":
+    testing.assert_allclose(out, testing.sequential(BODIES[name], n,
+                                                    testing.output_spec(BODIES[name])))
+
+
+def test_a_ragged_output_passes():
+  with vectorize.checked():
+    out = vectorize.pfor(_ragged_body, 6)
+  assert out.to_list() == [list(range(0, 2 * k, 2)) for k in LENGTHS.numpy()]
+
+
+def _wrong_sin(op):
+  return [Value(tf.cos(op.value(0).tensor), op.value(0).stacked)]
+
+
+def _sin_body(i):
+  y = tf.sin(X[i])                                  # the line the error names
+  return tf.reduce_sum(y * 2.0)
+
+
+def test_a_wrong_converter_is_named_eagerly(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  with vectorize.checked(), pytest.raises(vectorize.CheckError) as raised:
+    vectorize.pfor(lambda i: _sin_body(i), 6)
+  message = str(raised.value)
+  assert "Sin op" in message and "test_checked.py" in message
+  assert "_wrong_sin" in message and "iteration 0" in message
+
+
+def test_a_wrong_converter_fails_the_graph_in_a_function(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  fn = tf.function(lambda: vectorize.pfor(lambda i: _sin_body(i) + 1.0, 6))
+  with vectorize.checked(sample=None), pytest.raises(tf.errors.InvalidArgumentError,
+                                                     match="first value of the body"):
+    fn()
+
+
+def test_a_wrong_converter_is_caught_under_xla_at_trace_time(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  fn = tf.function(lambda: vectorize.pfor(lambda i: _sin_body(i) + 2.0, 6), jit_compile=True)
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Sin op"):
+    fn()
+
+
+def test_the_environment_variable_turns_it_on(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  monkeypatch.setenv("VECTORIZE_CHECKED", "1")
+  with pytest.raises(vectorize.CheckError):
+    vectorize.pfor(lambda i: _sin_body(i) + 3.0, 6)
+
+
+def test_an_unchecked_conversion_is_not_reused_when_checking(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  body = lambda i: _sin_body(i) + 4.0                                  # pylint: disable=unnecessary-lambda-assignment
+  vectorize.pfor(body, 6)                                             # cached, unchecked
+  with vectorize.checked(), pytest.raises(vectorize.CheckError):
+    vectorize.pfor(body, 6)
+
+
+def test_a_wrong_variable_update_is_caught(monkeypatch):
+  real = registry._CONVERTERS["AssignAddVariableOp"]
+
+  def doubled(op):        # applies every update twice
+    real(op)
+    return real(op)
+  monkeypatch.setitem(registry._CONVERTERS, "AssignAddVariableOp", doubled)
+  v = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    v.assign_add(X[i])
+    return X[i]
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="variable"):
+    vectorize.pfor(body, 6)
+
+
+def test_a_stateful_body_is_checked_and_leaves_the_loops_state():
+  v = tf.Variable(tf.zeros([3]))
+
+  def body(i):
+    v.assign_add(X[i])
+    return v.read_value() * 0.0 + X[i]
+  with vectorize.checked():
+    out = vectorize.pfor(body, 6)
+  np.testing.assert_allclose(out, X.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(v.numpy(), X.numpy().sum(0), rtol=1e-5)
+
+
+def test_sample_must_be_positive():
+  with pytest.raises(ValueError, match="sample"):
+    with vectorize.checked(sample=0):
+      pass
+
+
+@pytest.mark.parametrize("make_call", [
+    lambda f, x: vectorize.per_example_gradients(f, [W], x),
+    lambda f, x: vectorize.jacobian_fn(lambda x: f(x) * W)(x),
+])
+def test_helpers_keep_static_shapes_in_their_cache_keys(make_call):
+  """Issue 24, 8: per_example_gradients and jacobian_fn reused the dynamic conversion
+  inside static_shapes()."""
+  def f(x):
+    return tf.cond(tf.reduce_sum(x) > 0, lambda: tf.reduce_sum(x * W), lambda: -tf.reduce_sum(x))
+  x = X[:, :3]
+  make_call(f, x)
+  before = len(cache._eager_cache)
+  with vectorize.static_shapes():
+    make_call(f, x)
+  assert len(cache._eager_cache) == before + 1
+
+
+W = tf.Variable(tf.ones([3]))

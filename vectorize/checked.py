@@ -1,0 +1,311 @@
+"""The checked mode: every pfor also runs its body as the loop does, and raises where they differ.
+
+`vectorize.checked()` (or the environment variable `VECTORIZE_CHECKED`) is the first thing to
+try when a result looks wrong. Each conversion then also emits the body unchanged, once per
+checked iteration, beside the vectorized graph, and compares every value of the body (each
+top-level op's output, in topological order), not only the outputs: the error names the
+first op whose vectorized value differs from the loop's, the iteration, how the op was
+converted (its converter, loop-invariant copy or fallback) and the user's file:line.
+
+What is compared, and how:
+- A sample of iterations spread over `range(n)` (`checked(sample=k)`, 8 by default;
+  `sample=None` for all). A body that writes variables is checked on every iteration, in
+  order: the variables are read before the vectorized graph runs, read after it, put back,
+  and the loop runs from the same state; the two final states must agree too, and the
+  variables are left as the loop leaves them.
+- Values that depend on a stateful random op (`tf.random.normal`, a `tf.random.Generator`)
+  are not compared: the loop draws other numbers by design. Stateless random ops are.
+- Floats within a tolerance of their dtype, scaled by the magnitude of the loop's value;
+  NaN where the loop has NaN. Integers, booleans and strings exactly. Shapes exactly.
+- Values whose size differs per iteration (ragged) are compared row by row; TensorLists
+  (TensorArrays) through what the body reads from them.
+
+Where it checks: eagerly and in `tf.function` (the check is part of the graph, an
+assertion that fails at run time: `CheckError` eagerly, `tf.errors.InvalidArgumentError`
+with the same message in a graph). Under XLA (`jit_compile=True`) nothing can raise inside
+the compiled program, so the conversion XLA gets (static shapes) is checked when the
+function is traced, outside XLA, on the values the body captures; a body that reads the
+compiled function's own arguments cannot be run outside it and is not checked there (a
+warning says so: check it without `jit_compile`, under `vectorize.static_shapes()`).
+"""
+
+import contextlib
+
+from absl import logging
+import tensorflow as tf
+
+from vectorize import graph_io
+from vectorize import options
+from vectorize import ragged
+from vectorize import registry
+from vectorize import whole_body_loop
+from vectorize.errors import CHECK_MARK, raising_check_errors
+from vectorize.values import Value
+
+# Relative tolerance per dtype; the absolute one is that times (1 + the largest |loop value|).
+_TOLERANCE = {tf.float16: 2e-2, tf.bfloat16: 1e-1, tf.float32: 1e-3, tf.float64: 1e-7,
+              tf.complex64: 1e-3, tf.complex128: 1e-7}
+_NOT_COMPARED = (tf.resource, tf.variant)
+
+
+@contextlib.contextmanager
+def checked(sample=options.DEFAULT_SAMPLE):
+  """Within this block, every pfor (and what is built on it) is checked against the loop.
+
+  Args:
+    sample: how many iterations to check, spread over the loop (None: every iteration).
+
+  Example:
+    >>> with vectorize.checked():
+    ...   y = vectorize.pfor(body, 8)    # raises CheckError naming the op that differs
+  """
+  if sample is not None and (not isinstance(sample, int) or sample < 1):
+    raise ValueError(f"checked(sample=...) takes a positive int or None, got {sample!r}.")
+  with options.setting("checked", options.CHECK_ALL if sample is None else sample):
+    yield
+
+
+def wanted(body):
+  """Whether this conversion is checked: the checked mode is on, and the body has no
+  `pfor_config` reductions (their values need every iteration at once)."""
+  if options.checked_sample() is None:
+    return False
+  if body.config is not None and body.config.has_reductions:
+    logging.warning("%s: a body with pfor_config reductions is not checked.", CHECK_MARK)
+    return False
+  return True
+
+
+# ----------------------------------------------------------------------------- the check
+
+def convert_checked(body, ctx):
+  """`body.convert(ctx)` with the check emitted around it, its outputs depending on the
+  check. Under XLA, checks the static-shape conversion outside it, at trace time."""
+  sample = options.checked_sample()
+  if options.compiled_by_xla() and not _outside_xla:
+    _check_outside_xla(body, ctx, sample)
+    return body.convert(ctx)
+  graph, n = body.graph, ctx.n
+  variables = list(graph.variables) if whole_body_loop.writes_variables(graph) else []
+  before = [tf.identity(v.read_value()) for v in variables]
+  probes = _probes(graph)
+  with tf.control_dependencies(before):
+    values, operations, probe_values = body.convert(ctx, probes)
+  outputs = [_comparable(v, n) for v in probe_values]
+  ran = [v.tensor for v in values if isinstance(v, Value) and isinstance(v.tensor, tf.Tensor)]
+  with tf.control_dependencies(ran + [o for o in operations if o is not None]):
+    after = [tf.identity(v.read_value()) for v in variables]
+  with tf.control_dependencies(after):
+    restored = [v.assign(b) for v, b in zip(variables, before)]
+  iterations = _iterations(n, options.CHECK_ALL if variables else sample)
+  with tf.control_dependencies(restored):
+    failure = _first_difference(body, probes, outputs, iterations)
+  holds = tf.equal(failure[0], len(probes))
+  descriptions = tf.constant([_describe(t, ctx) for t in probes] + [""])
+  message = tf.strings.join([
+      f"{CHECK_MARK}: pfor differs from the loop at iteration ",
+      tf.strings.as_string(failure[1]), ": the first value of the body that differs is ",
+      tf.gather(descriptions, failure[0]), ". vectorize.explain(body, n) shows how each op "
+      "converts; report it with that op, or avoid it (fallback_to_while_loop runs it in a "
+      "loop if its converter refuses)."])
+  checks = [tf.debugging.Assert(holds, [message])]
+  for v, a in zip(variables, after):
+    checks.append(tf.debugging.Assert(
+        _close(a, v.read_value()),
+        [f"{CHECK_MARK}: after pfor, variable {v.name!r} differs from what the loop leaves"]))
+  with tf.control_dependencies(checks):
+    values = [_after(v) for v in values]
+  return values, operations
+
+
+def _iterations(n, sample):
+  """The iterations checked: `range(n)`, or at most `sample` of them spread over it."""
+  if sample == options.CHECK_ALL:
+    return tf.range(n)
+  stride = tf.maximum(1, (n + sample - 1) // sample)
+  return tf.range(0, n, stride)
+
+
+def _first_difference(body, probes, outputs, iterations):
+  """(index of the first probe whose value differs in some checked iteration, or
+  len(probes); that iteration), from one sequential loop over `iterations`."""
+  graph = body.graph
+  captured = body.traced.captured_inputs()
+  count = len(probes)
+
+  def step(k, first, at):
+    i = iterations[k]
+    loop_values = _run_once(graph, i, captured, probes)
+    same = [_same(_row(o, i), r) for o, r in zip(outputs, loop_values)]
+    differs = tf.logical_not(tf.stack(same + [tf.constant(False)]))
+    here = tf.cast(tf.argmax(tf.cast(differs, tf.int32)), tf.int32)
+    here = tf.where(tf.reduce_any(differs), here, count)
+    earlier = here < first
+    return k + 1, tf.where(earlier, here, first), tf.where(earlier, i, at)
+
+  size = tf.shape(iterations)[0]
+  _, first, at = tf.while_loop(lambda k, *_: k < size, step,
+                               (tf.constant(0), tf.constant(count), tf.constant(-1)),
+                               parallel_iterations=1)
+  return first, at
+
+
+def _run_once(graph, i, captured, wanted):
+  """The body's ops re-emitted unchanged for loop index `i`: the values of `wanted`."""
+  env = {graph.inputs[0].ref(): i}
+  env.update((t.ref(), c) for t, c in zip(graph.inputs[1:], captured))
+  emitted = {}
+  for op in graph_io.ops_in_order(wanted, list(getattr(graph, "control_outputs", []))):
+    if op.type == "Placeholder":
+      continue
+    deps = [emitted[c] for c in op.control_inputs if c in emitted]
+    with tf.control_dependencies(deps):
+      new_op = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
+    emitted[op] = new_op
+    env.update((t.ref(), o) for t, o in zip(op.outputs, new_op.outputs))
+  return [env[t.ref()] for t in wanted]
+
+
+# ----------------------------------------------------------------------------- what is compared
+
+def _probes(graph):
+  """The body's values compared, in topological order: each top-level op's outputs that
+  the body uses (or returns), of a comparable dtype, not drawn from a stateful random op."""
+  outputs = list(graph.outputs)
+  order = graph_io.ops_in_order(outputs, list(getattr(graph, "control_outputs", [])))
+  used = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
+  random = _random_ops(graph, order)
+  return [t for op in order if op.type not in ("Placeholder", "Const") and op not in random
+          for t in op.outputs if t.ref() in used and t.dtype not in _NOT_COMPARED]
+
+
+def _random_ops(graph, order):
+  """The ops of `order` whose values depend on a stateful random op (directly, or through
+  a function they call)."""
+  random = set()
+  for op in order:
+    if (_draws(op, graph) or
+        any(t.op in random for t in op.inputs) or any(c in random for c in op.control_inputs)):
+      random.add(op)
+  return random
+
+
+def _draws(op, graph, seen=None):
+  """Whether op is a stateful random op, or calls a function with one."""
+  if op._is_stateful and any(w in op.type for w in ("Random", "Rng", "Stateful",  # pylint: disable=protected-access
+                                                   "Multinomial", "TruncatedNormal")):
+    return True
+  seen = set() if seen is None else seen
+  for name in whole_body_loop._called_functions(op):  # pylint: disable=protected-access
+    fn = graph_io.find_function(graph, name)
+    if name in seen or fn is None:
+      continue
+    seen.add(name)
+    if any(_draws(o, fn.graph, seen) for o in fn.graph.get_operations()):
+      return True
+  return False
+
+
+def _comparable(value, n):
+  """A converted Value as compared: a RaggedTensor where ragged, the Value where a tensor,
+  None for what is not compared (a TensorList)."""
+  if ragged.is_ragged(value):
+    return ragged.output_tensor(value, n, None)
+  return value if isinstance(value.tensor, tf.Tensor) else None
+
+
+def _row(converted, i):
+  """Iteration i's value of a converted output (None: not compared)."""
+  if converted is None:
+    return None
+  if isinstance(converted, tf.RaggedTensor):
+    row = converted[i]
+    return row.flat_values if isinstance(row, tf.RaggedTensor) else row
+  return tf.gather(converted.tensor, i) if converted.stacked else converted.tensor
+
+
+def _same(vectorized, loop):
+  """Whether a vectorized value equals the loop's: the same dtype, shape and values (within
+  the dtype's tolerance). True for what is not compared (None)."""
+  if vectorized is None:
+    return tf.constant(True)
+  if vectorized.dtype != loop.dtype or (vectorized.shape.rank is not None and
+                                        loop.shape.rank is not None and
+                                        vectorized.shape.rank != loop.shape.rank):
+    return tf.constant(False)
+  same_shape = tf.reduce_all(tf.equal(tf.shape(vectorized), tf.shape(loop)))
+  a, b = tf.reshape(vectorized, [-1]), tf.reshape(loop, [-1])
+  m = tf.minimum(tf.size(a), tf.size(b))
+  return tf.logical_and(same_shape, _close(a[:m], b[:m]))
+
+
+def _close(a, b):
+  tolerance = _TOLERANCE.get(a.dtype)
+  if tolerance is None:
+    return tf.reduce_all(tf.equal(a, b))
+  scale = 1.0 + tf.reduce_max(tf.concat([[0.0], tf.reshape(
+      tf.where(tf.math.is_finite(tf.abs(b)), tf.cast(tf.abs(b), tf.float32), 0.0), [-1])],
+      0))
+  diff = tf.cast(tf.abs(a - b), tf.float32)
+  both_nan = tf.logical_and(tf.math.is_nan(tf.abs(a)), tf.math.is_nan(tf.abs(b)))
+  equal = tf.equal(a, b)    # infinities
+  ok = tf.logical_or(tf.logical_or(both_nan, equal), diff <= tolerance * scale)
+  return tf.reduce_all(ok)
+
+
+def _describe(t, ctx):
+  """How a body value is named in the error: op, output, converter, the user's line."""
+  from vectorize import walker  # pylint: disable=import-outside-toplevel
+  op = t.op
+  kinds = {r.kind for r in ctx.report.records if r.op_name == op.name}
+  if "fallback" in kinds:
+    how = "run in the sequential fallback"
+  elif kinds == {"invariant"} and not op._is_stateful:  # pylint: disable=protected-access
+    how = "copied as loop-invariant"
+  else:
+    converter = registry.lookup(op.type)
+    how = (f"converted by {converter.__module__}.{converter.__qualname__}" if converter
+           else "converted (no dense converter: its ragged one)")
+  return (f"output {t.value_index} of {op.type} op {op.name!r}"
+          f"{walker.user_location(op) or ' (no user line recorded)'}, {how}")
+
+
+def _after(value):
+  """`value` (a Value, or what a conversion returns) through an Identity, so that it runs
+  after the check in graphs with no automatic control dependencies (TF1)."""
+  if isinstance(value, Value) and isinstance(value.tensor, tf.Tensor):
+    return Value(tf.identity(value.tensor), value.stacked)
+  return value
+
+
+# ----------------------------------------------------------------------------- under XLA
+
+_warned_xla = set()
+_outside_xla = []     # non-empty while a conversion for XLA is checked outside it
+
+
+def _check_outside_xla(body, ctx, sample):
+  """The static-shape conversion checked eagerly, outside the compiled function, where the
+  body's captures and n are known there; else a warning (once per body)."""
+  static_n = ctx.static_n
+  runnable = static_n is not None and body.loop_fn is not None and all(
+      hasattr(external, "numpy") for external, _ in body.graph.captures)
+  if not runnable:
+    name = getattr(body.loop_fn, "__name__", "the body")
+    if name not in _warned_xla:
+      _warned_xla.add(name)
+      logging.warning(
+          "%s: under jit_compile=True nothing can raise inside the compiled program, and "
+          "%s reads values of the compiled function itself (or n is known only there), so "
+          "it is not checked here. Check it without jit_compile, under "
+          "vectorize.static_shapes().", CHECK_MARK, name)
+    return
+  from vectorize import api  # pylint: disable=import-outside-toplevel  (api calls the engine)
+  _outside_xla.append(True)
+  try:
+    with tf.init_scope(), options.setting("static_shapes", True), \
+         options.setting("checked", sample), raising_check_errors():
+      api.pfor(body.loop_fn, static_n, fallback_to_while_loop=ctx.fallback_allowed,
+               warn=False)
+  finally:
+    _outside_xla.pop()
