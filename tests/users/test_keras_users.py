@@ -234,3 +234,15 @@ def test_functional_model_two_inputs_two_outputs():
   xb = tf.constant(rng.integers(0, 5, size=[4, 2]), tf.int32)
   fn = lambda e: [t[0] for t in model([e[0][None], e[1][None]])]
   assert_same(vectorize.vectorized_map(fn, (xa, xb)), rows(fn, (xa, xb)))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_masked_embedding_lstm(jit):
+  keras.utils.set_random_seed(0)
+  emb = keras.layers.Embedding(10, 3, mask_zero=True)
+  lstm = keras.layers.LSTM(4)
+  ids = tf.constant([[1, 2, 3, 0, 0], [4, 0, 0, 0, 0], [5, 6, 7, 8, 9]])
+  lstm(emb(ids[:1]))
+  fn = lambda i: lstm(emb(ids[i][None]))[0]
+  got = tf.function(lambda: vectorize.pfor(fn, 3), jit_compile=jit)()
+  assert_same(got, loop(fn, 3))
