@@ -145,19 +145,33 @@ def fit_elements(dense, items, lead=1):
   return DenseList(buffer, dense.lengths)
 
 
-def placeholder(list_tensor, static_n):
+def placeholder(list_tensor, static_n, like=None):
   """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs).
 
-  A list input whose element type is unknown (one a loop condition receives but never reads)
-  gets a plain variant placeholder.
+  A list input whose element type is unknown takes it from `like`, the DenseList or
+  TensorList that will feed it (the inputs of a loop's gradient of a gradient lack handle
+  data); with neither (one a loop condition receives but never reads), a plain variant
+  placeholder.
   """
-  try:
-    dtype, shape = element_spec(list_tensor)
-  except Unvectorizable:
+  spec = _spec(list_tensor) or _spec(like)
+  if spec is None:
     return tf.compat.v1.placeholder(tf.variant, [])
+  dtype, shape = spec
   buffer_shape = [static_n, None] + shape.as_list() if shape.rank is not None else None
   buffer = tf.compat.v1.placeholder(dtype, buffer_shape)
   return DenseList(buffer, tf.compat.v1.placeholder(tf.int32, [static_n]))
+
+
+def _spec(list_value):
+  """(dtype, element shape) of a DenseList or TensorList tensor, or None if unknown."""
+  if isinstance(list_value, DenseList):
+    return list_value.element_dtype, list_value.buffer.shape[2:]
+  if list_value is None or getattr(list_value, "dtype", None) != tf.variant:
+    return None
+  try:
+    return element_spec(list_value)
+  except Unvectorizable:
+    return None
 
 
 def shape_invariant(dense, static_n, static_capacity):

@@ -192,7 +192,7 @@ def _loop_flags(op, cond_graph, body, reads):
   passthrough = [body.passes_through(k) for k in range(len(op.inputs))]
   flags = [walker.RAGGED if k in reads.values else v.stacked for k, v in enumerate(op.inputs)]
   for _ in range(len(flags) + 1):
-    body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs)
+    body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs, op.inputs)
     cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
     new = [f or v.stacked or (cond_stacked and not p)
            for f, v, p in zip(flags, body_outputs, passthrough)]
