@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from vectorize import indexing
 from vectorize import lists
+from vectorize import options
+from vectorize import ragged
 from vectorize import values
 from vectorize import walker
 from vectorize.errors import ConversionError, Unvectorizable
@@ -166,11 +168,43 @@ def _convert_tensor_list_pop_back(op):
 
 @register("TensorListStack")
 def _convert_tensor_list_stack(op):
-  """`[n, length] + element_shape`: the per-iteration lengths are equal where stacking is
-  meaningful (the sequential result would be ragged otherwise)."""
+  """`[n, length] + element_shape` where every iteration's list is as long; else ragged."""
   dense = _dense(op, 0)
+  if _may_differ_in_length(op, dense, op.output_shape(0)[0]):
+    return _ragged_elements(op, dense)
   length = _common_length(op, dense, op.output_shape(0)[0])
   return stacked(_at_least(dense.buffer, length)[:, :length])
+
+
+def _may_differ_in_length(op, dense, static_length):
+  """Whether input 0's lists may have other lengths in other iterations: the graph gives
+  no length, and the list's length does not come (`lists.length_sources`) from invariant
+  lists, ones made from a tensor (whose first axis every iteration shares) or resized to an
+  invariant size. Under static shapes (XLA) a list with a static capacity is as long as
+  that in every iteration, as XLA's own TensorLists are (it cannot grow)."""
+  if static_length is not None or (options.static_shapes_wanted() and
+                                   dense.buffer.shape[1] is not None):
+    return False
+
+  def invariant(tensor):
+    value = op.converted(tensor)
+    return value is not None and not value.stacked
+
+  def alike(source):
+    return (invariant(source) or source.op.type == "TensorListFromTensor" or
+            (source.op.type == "TensorListResize" and invariant(source.op.inputs[1])))
+
+  return not all(alike(s) for s in lists.length_sources(op.op.inputs[0], invariant))
+
+
+def _ragged_elements(op, dense):
+  """Each iteration's elements, as many as its list holds: the ragged value that the loop's
+  `tf.ragged.stack` gives (the lists padded to the longest would be a wrong answer)."""
+  ragged.require_dynamic_shapes(
+      op.op, "a TensorArray (TensorList) read whole",
+      fix="give the TensorArray a fixed size (tf.TensorArray(dtype, size=bound)) and write "
+      "every element, or run without jit_compile")
+  return ragged.ragged(lists.items(dense), dense.lengths)
 
 
 def _at_least(buffer, length):
@@ -189,13 +223,20 @@ def _at_least(buffer, length):
 @register("TensorListConcatV2")
 def _convert_tensor_list_concat_v2(op):
   """The elements joined along their first axis, `[n, length * e0] + rest`, and the
-  per-element lengths (e0 each): elements of a stacked list share one shape."""
+  per-element lengths (e0 each): elements of a stacked list share one shape. Lists of other
+  lengths in other iterations give both ragged."""
   dense = _dense(op, 0)
+  if values.rank(dense.buffer) < 3:
+    raise Unvectorizable("concatenating scalar elements")
+  if _may_differ_in_length(op, dense, op.output_shape(1)[0]):
+    items = _ragged_elements(op, dense).tensor.values      # [total, e0] + rest
+    e0 = tf.shape(dense.buffer)[2]
+    joined = tf.reshape(items, tf.concat([[-1], tf.shape(dense.buffer)[3:]], 0))
+    lengths = tf.fill(tf.shape(items)[:1], tf.cast(e0, tf.int64))
+    return [ragged.ragged(joined, dense.lengths * e0), ragged.ragged(lengths, dense.lengths)]
   length = _common_length(op, dense, op.output_shape(1)[0])
   items = dense.buffer[:, :length]                      # [n, length, e0] + rest
   shape = values.dynamic_shape(items)
-  if len(shape) < 3:
-    raise Unvectorizable("concatenating scalar elements")
   joined = tf.reshape(items, values.shape_vector([shape[0], shape[1] * shape[2]] + shape[3:]))
   lengths = tf.fill(tf.reshape(length, [1]), tf.cast(shape[2], tf.int64))
   return [stacked(joined), invariant(lengths)]
@@ -237,6 +278,18 @@ def _convert_tensor_list_gather(op):
   if indices.stacked:
     return stacked(tf.gather(dense.buffer, indices.tensor, axis=1, batch_dims=1))
   return stacked(tf.gather(dense.buffer, indices.tensor, axis=1))
+
+
+@ragged.register("TensorListGather")
+def _convert_tensor_list_gather_of_ragged_indices(op):
+  """Indices of a number of their own in each iteration (`array.gather(tf.range(i))`): each
+  one read from its iteration's list, laid out like the indices."""
+  if ragged.is_ragged(op.value(0)) or ragged.is_multi_axis(op.value(1)):
+    raise Unvectorizable("a TensorList gather with indices ragged in several axes")
+  rows = op.value(1).tensor
+  dense = _dense(op, 0)
+  at = tf.stack([rows.row_ids, tf.cast(rows.values, tf.int32)], axis=1)
+  return ragged.same_rows(indexing.gather_nd(dense.buffer, at), rows)
 
 
 @register("TensorListScatterIntoExistingList")

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
+from vectorize import graph_io
 from vectorize.errors import Unvectorizable
 
 
@@ -144,19 +145,33 @@ def fit_elements(dense, items, lead=1):
   return DenseList(buffer, dense.lengths)
 
 
-def placeholder(list_tensor, static_n):
+def placeholder(list_tensor, static_n, like=None):
   """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs).
 
-  A list input whose element type is unknown (one a loop condition receives but never reads)
-  gets a plain variant placeholder.
+  A list input whose element type is unknown takes it from `like`, the DenseList or
+  TensorList that will feed it (the inputs of a loop's gradient of a gradient lack handle
+  data); with neither (one a loop condition receives but never reads), a plain variant
+  placeholder.
   """
-  try:
-    dtype, shape = element_spec(list_tensor)
-  except Unvectorizable:
+  spec = _spec(list_tensor) or _spec(like)
+  if spec is None:
     return tf.compat.v1.placeholder(tf.variant, [])
+  dtype, shape = spec
   buffer_shape = [static_n, None] + shape.as_list() if shape.rank is not None else None
   buffer = tf.compat.v1.placeholder(dtype, buffer_shape)
   return DenseList(buffer, tf.compat.v1.placeholder(tf.int32, [static_n]))
+
+
+def _spec(list_value):
+  """(dtype, element shape) of a DenseList or TensorList tensor, or None if unknown."""
+  if isinstance(list_value, DenseList):
+    return list_value.element_dtype, list_value.buffer.shape[2:]
+  if list_value is None or getattr(list_value, "dtype", None) != tf.variant:
+    return None
+  try:
+    return element_spec(list_value)
+  except Unvectorizable:
+    return None
 
 
 def shape_invariant(dense, static_n, static_capacity):
@@ -218,3 +233,60 @@ def ensure_capacity(dense, needed, static_shapes):
   buffer.set_shape(tf.TensorShape([dense.buffer.shape[0], None]).concatenate(
       dense.buffer.shape[2:]))
   return DenseList(buffer, dense.lengths)
+
+
+def items(dense):
+  """Each iteration's first `lengths[j]` elements, concatenated: `[sum(lengths)] +
+  element_shape` (the flat values of the ragged stack of the lists)."""
+  capacity = tf.shape(dense.buffer)[1]
+  held = tf.range(capacity)[None] < dense.lengths[:, None]             # [n, capacity]
+  return tf.boolean_mask(dense.buffer, held)
+
+
+# Ops whose output list has its input list's length (input 0): in every iteration, and in
+# every trip of a loop.
+def _keeps_length(op):
+  return op.type == "Identity" or (op.type == "TensorListSetItem" and
+                                   not op.get_attr("resize_if_index_out_of_bounds"))
+
+
+# Ops that change a list's length by the same amount in every iteration (run once per
+# iteration, outside loops): input 0 is the list; the input, if any, that must be invariant.
+_SHIFTS_LENGTH = {"TensorListPushBack": None, "TensorListPopBack": None,
+                  "TensorListSetItem": 1, "TensorListScatterIntoExistingList": 2}
+
+
+def length_sources(list_tensor, invariant):
+  """The list tensors of the body whose lengths decide `list_tensor`'s alike in every
+  iteration: walked back through ops that keep the length or shift it alike (by an index
+  that `invariant(tensor)` says is the same in every iteration), through sums of lists (the
+  longest), and through while loops whose body keeps it in every trip (a fixed-size
+  TensorArray written in a loop of per-iteration trips)."""
+  list_tensor = _follow(list_tensor, invariant)
+  if list_tensor.op.type == "AddN":
+    return [s for t in list_tensor.op.inputs for s in length_sources(t, invariant)]
+  return [list_tensor]
+
+
+def _follow(list_tensor, invariant=None):
+  """Where a list's length comes from; without `invariant`, in a loop's body, where a trip
+  may not shift a length (each iteration runs its own number of trips)."""
+  while True:
+    op = list_tensor.op
+    if _keeps_length(op) or (invariant is not None and _shifts_alike(op, invariant)):
+      list_tensor = op.inputs[0]
+    elif op.type in ("While", "StatelessWhile"):
+      k = list_tensor.value_index
+      body = graph_io.function_graph(op, "body")
+      if _follow(body.outputs[k]).ref() != body.inputs[k].ref():
+        return list_tensor
+      list_tensor = op.inputs[k]
+    else:
+      return list_tensor
+
+
+def _shifts_alike(op, invariant):
+  if op.type not in _SHIFTS_LENGTH:
+    return False
+  k = _SHIFTS_LENGTH[op.type]
+  return k is None or invariant(op.inputs[k])

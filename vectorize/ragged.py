@@ -201,7 +201,8 @@ def row(rows, i, splits=None):
   return tf.reshape(flat, tf.concat([rows.dims[i], tf.shape(flat)[1:]], 0))
 
 
-def require_dynamic_shapes(op, what):
+def require_dynamic_shapes(op, what, fix="give the value a fixed size in the body (pad or "
+                           "slice it to a bound), or run without jit_compile"):
   """Raises ConversionError under XLA (or `static_shapes()`): `what` has per-iteration sizes,
   which have no static shape."""
   if options.static_shapes_wanted():
@@ -209,8 +210,7 @@ def require_dynamic_shapes(op, what):
     raise ConversionError(
         f"Cannot vectorize op {op.name!r} of type {op.type}{walker.user_location(op)} under "
         f"XLA: {what} has a different size in every iteration, and XLA needs static shapes. "
-        "To fix: give the value a fixed size in the body (pad or slice it to a bound), or "
-        "run without jit_compile.")
+        f"To fix: {fix}.")
 
 
 def agreed(per_iteration, message, when_none=0):

@@ -86,9 +86,10 @@ def output_flags(graph, input_flags, ctx):
 RAGGED = "ragged"
 
 
-def dry_run(graph, input_flags, ctx, outputs=None):
+def dry_run(graph, input_flags, ctx, outputs=None, like=None):
   """The output Values of `graph` (or of `outputs`, tensors of it) converted in a scratch
-  graph (read flags and shapes only). A flag is True (stacked), False or RAGGED.
+  graph (read flags and shapes only). A flag is True (stacked), False or RAGGED. `like`: the
+  Values that will feed the inputs, whose lists tell element types the inputs may lack.
 
   Converts `graph` once, on placeholders shaped like its inputs (with a loop axis where
   stacked). Control flow uses it to decide the stackedness of branch outputs and loop
@@ -97,13 +98,13 @@ def dry_run(graph, input_flags, ctx, outputs=None):
   scratch = func_graph_module.FuncGraph("vectorize_flags")
   with scratch.as_default():
     inputs = []
-    for t, flag in zip(graph.inputs, input_flags):
+    for k, (t, flag) in enumerate(zip(graph.inputs, input_flags)):
       if flag is RAGGED:
         inputs.append(ragged.ragged(tf.compat.v1.placeholder(t.dtype, t.shape),
                                     tf.compat.v1.placeholder(tf.int32, [ctx.static_n])))
         continue
       if flag and t.dtype == tf.variant:
-        inputs.append(Value(lists.placeholder(t, ctx.static_n), True))
+        inputs.append(Value(lists.placeholder(t, ctx.static_n, like and like[k].tensor), True))
         continue
       shape = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if flag else t.shape
       placeholder = tf.compat.v1.placeholder(t.dtype, shape)

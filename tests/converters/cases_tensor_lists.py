@@ -39,7 +39,9 @@ def _resize(x, size):
 def _scatter(x, updates, indices):
   lst = list_ops.tensor_list_from_tensor(x, element_shape=[2])
   lst = list_ops.tensor_list_scatter_into_existing_list(lst, updates, indices)
-  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[2])
+  # (The graph's length: without it, per-iteration indices may give lists of other lengths
+  # in other iterations, which stack ragged.)
+  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[2], num_elements=4)
 
 
 def _distinct_pair(rng, shape, dtype):
@@ -212,7 +214,7 @@ def _empty_elements(x, index):
 def _scatter_empty_elements(x, updates, indices):
   lst = list_ops.tensor_list_from_tensor(x, element_shape=[2, 0])   # x: [4, 2, 0]
   lst = list_ops.tensor_list_scatter_into_existing_list(lst, updates, indices)
-  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[2, 0])
+  return list_ops.tensor_list_stack(lst, x.dtype, element_shape=[2, 0], num_elements=4)
 
 
 def _array_of_empty_rows(x):

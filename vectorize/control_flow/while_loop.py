@@ -50,6 +50,8 @@ def _convert_while(op):
   _check_static_list_growth(op, body)
   reads = _ragged_variables(op, body)
   flags, cond_stacked, element_shapes = _loop_flags(op, cond_graph, body, reads)
+  if cond_stacked:
+    _check_no_resizing(op, body, flags, reads)
   ctx = op.ctx
   init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
           for v, f, shape in zip(op.inputs, flags, element_shapes)]
@@ -190,7 +192,7 @@ def _loop_flags(op, cond_graph, body, reads):
   passthrough = [body.passes_through(k) for k in range(len(op.inputs))]
   flags = [walker.RAGGED if k in reads.values else v.stacked for k, v in enumerate(op.inputs)]
   for _ in range(len(flags) + 1):
-    body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs)
+    body_outputs = walker.dry_run(body.graph, flags, op.ctx, body.outputs, op.inputs)
     cond_stacked = walker.output_flags(cond_graph, flags, op.ctx)[0]
     new = [f or v.stacked or (cond_stacked and not p)
            for f, v, p in zip(flags, body_outputs, passthrough)]
@@ -223,6 +225,27 @@ def _check_static_list_growth(op, body):
           "does, storing one value per step) and has no maximum_iterations, so XLA cannot "
           "give it a static shape. To fix: pass maximum_iterations to tf.while_loop, as "
           "TensorFlow requires for differentiating a loop under XLA.")
+
+
+def _check_no_resizing(op, body, flags, reads):
+  """Refuses a loop of per-iteration trips whose body may resize a variable: one whose
+  shape invariant leaves out a size its initial value has (a sequence grown by `tf.concat`,
+  shape invariant `[None, 3]`). Each iteration would end at a size of its own (a ragged
+  value, which the loop's state cannot hold), where the stacked state has one size for all
+  lanes."""
+  for k, t in enumerate(op.op.inputs):
+    if not flags[k] or k in reads.values or t.dtype == tf.variant or body.passes_through(k):
+      continue
+    initial, relaxed = t.shape, body.graph.inputs[k].shape
+    if relaxed.rank is not None and initial.rank == relaxed.rank and all(
+        r is not None or i is None for i, r in zip(initial.as_list(), relaxed.as_list())):
+      continue
+    raise Unvectorizable(
+        f"a variable of the while loop has the shape invariant {relaxed} (its initial "
+        f"value: {initial}), and the loop runs a number of trips of its own in each "
+        "iteration: it would end at a size of its own in each iteration, which a loop cannot "
+        "carry. To fix: give the variable a fixed size (pad it to a bound), or write the "
+        "steps into a TensorArray")
 
 
 def _initial(value, ctx, element_shape):
