@@ -82,7 +82,7 @@ def convert_checked(body, ctx):
   """`body.convert(ctx)` with the check emitted around it, its outputs depending on the
   check. Under XLA, checks the static-shape conversion outside it, at trace time."""
   sample = options.checked_sample()
-  if options.compiled_by_xla() and not _outside_xla:
+  if options.compiled_by_xla():
     _check_outside_xla(body, ctx, sample)
     return body.convert(ctx)
   graph, n = body.graph, ctx.n
@@ -176,7 +176,16 @@ def _probes(graph):
   used = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
   random = _random_ops(graph, order)
   return [t for op in order if op.type not in ("Placeholder", "Const") and op not in random
-          for t in op.outputs if t.ref() in used and t.dtype not in _NOT_COMPARED]
+          for t in op.outputs if t.ref() in used and t.dtype not in _NOT_COMPARED and
+          not _only_printed(t, outputs)]
+
+
+def _only_printed(t, outputs):
+  """A string only `tf.print` reads: pfor formats it once, with the stacked values (as TF's
+  pfor prints), not per iteration."""
+  consumers = t.consumers()
+  return (consumers and all(c.type == "PrintV2" for c in consumers) and
+          not any(t is o for o in outputs))
 
 
 def _random_ops(graph, order):
@@ -191,9 +200,12 @@ def _random_ops(graph, order):
 
 
 def _draws(op, graph, seen=None):
-  """Whether op is a stateful random op, or calls a function with one."""
-  if op._is_stateful and any(w in op.type for w in ("Random", "Rng", "Stateful",  # pylint: disable=protected-access
-                                                   "Multinomial", "TruncatedNormal")):
+  """Whether op is a stateful random op, or calls a function with one. Outside XLA for a
+  conversion meant for it, stateless ones too: XLA's kernels draw other numbers than TF's,
+  and either may run there."""
+  random = any(w in op.type for w in ("Random", "Rng", "Stateful", "Multinomial",
+                                      "TruncatedNormal"))
+  if random and (op._is_stateful or options.outside_xla_check()):  # pylint: disable=protected-access
     return True
   seen = set() if seen is None else seen
   for name in whole_body_loop._called_functions(op):  # pylint: disable=protected-access
@@ -219,8 +231,8 @@ def _row(converted, i):
   if converted is None:
     return None
   if isinstance(converted, tf.RaggedTensor):
-    row = converted[i]
-    return row.flat_values if isinstance(row, tf.RaggedTensor) else row
+    row = converted[i]      # one iteration's value is dense: uniform rows, no padding
+    return row.to_tensor() if isinstance(row, tf.RaggedTensor) else row
   return tf.gather(converted.tensor, i) if converted.stacked else converted.tensor
 
 
@@ -281,7 +293,6 @@ def _after(value):
 # ----------------------------------------------------------------------------- under XLA
 
 _warned_xla = set()
-_outside_xla = []     # non-empty while a conversion for XLA is checked outside it
 
 
 def _check_outside_xla(body, ctx, sample):
@@ -301,11 +312,10 @@ def _check_outside_xla(body, ctx, sample):
           "vectorize.static_shapes().", CHECK_MARK, name)
     return
   from vectorize import api  # pylint: disable=import-outside-toplevel  (api calls the engine)
-  _outside_xla.append(True)
-  try:
-    with tf.init_scope(), options.setting("static_shapes", True), \
-         options.setting("checked", sample), raising_check_errors():
-      api.pfor(body.loop_fn, static_n, fallback_to_while_loop=ctx.fallback_allowed,
-               warn=False)
-  finally:
-    _outside_xla.pop()
+  with tf.init_scope(), options.setting("static_shapes", True), \
+       options.setting("outside_xla", True), options.setting("checked", sample), \
+       raising_check_errors():
+    saved = [(v, tf.identity(v)) for v in body.graph.variables]   # for the compiled run
+    api.pfor(body.loop_fn, static_n, fallback_to_while_loop=ctx.fallback_allowed, warn=False)
+    for v, value in saved:
+      v.assign(value)

@@ -50,7 +50,7 @@ class LoopBody:
   def graph(self):
     return self.traced.graph
 
-  def convert(self, ctx, probes=()):
+  def convert(self, ctx, probes=None):
     """The body's tensor outputs as Values and its Operations' conversions, for `ctx`;
     with `probes` (body tensors the outputs depend on), also their Values."""
     inputs = [stacked(ctx.indices)] + [invariant(t) for t in self.traced.captured_inputs()]
@@ -59,11 +59,11 @@ class LoopBody:
     control_outputs = self.traced.markers + list(getattr(self.graph, "control_outputs", []))
     count = len(self.graph.outputs)
     outputs, effects = walker.convert_graph(self.graph, inputs, ctx,
-                                            list(self.graph.outputs) + list(probes),
+                                            list(self.graph.outputs) + list(probes or ()),
                                             control_outputs=control_outputs,
                                             ragged_outputs=True)
     operations = effects[:len(self.traced.markers)]   # one emitted NoOp per marker
-    return (outputs[:count], operations) + ((outputs[count:],) if probes else ())
+    return (outputs[:count], operations) + ((outputs[count:],) if probes is not None else ())
 
 
 def trace_loop_body(loop_fn):

@@ -18,6 +18,7 @@ class _Options:
   static_shapes = False
   masked_control_flow = False
   checked = None          # the checked mode's sample: an int, "all", or None (off)
+  outside_xla = False     # a conversion for XLA checked outside it, where nothing compiles
 
 
 _options = _Options()
@@ -90,6 +91,13 @@ def static_shapes_wanted():
   return _options.static_shapes or compiled_by_xla()
 
 
+def outside_xla_check():
+  """Whether a conversion meant for XLA is being checked outside it (`checked.py`)."""
+  return _options.outside_xla
+
+
 def compiled_by_xla():
   """Whether the graph being built is compiled by XLA (`jit_compile=True`)."""
+  if _options.outside_xla:    # a function traced in tf.init_scope() still reads as XLA's
+    return False
   return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
