@@ -71,7 +71,6 @@ def test_tensorarray_fixed_size(mode):
   assert_same(run(fn, 6, mode), loop(fn, 6))
 
 
-@pytest.mark.xfail(strict=True, reason="SILENT WRONG: dynamic_size TensorArray written a per-example number of times: pfor returns a dense zero-padded [n, max_len] tensor, the loop gives rows of different lengths (tf.ragged.stack)")
 def test_tensorarray_dynamic_per_example_length():
   def fn(i):
     ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)

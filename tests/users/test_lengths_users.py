@@ -10,7 +10,6 @@ LENS = tf.constant([3, 0, 2, 1])
 LENS_POS = tf.constant([3, 1, 2, 1])
 
 
-@pytest.mark.xfail(strict=True, reason="SILENT WRONG: autograph for-loop writing a dynamic TensorArray a per-example number of times: dense zero-padded [4, 3] instead of ragged rows")
 def test_autograph_tensorarray_per_example_length():
   @tf.function
   def fn(i):
@@ -21,7 +20,6 @@ def test_autograph_tensorarray_per_example_length():
   assert_same(vectorize.pfor(fn, 4), loop(fn, 4))
 
 
-@pytest.mark.xfail(strict=True, reason="SILENT WRONG: TensorArray(size=LENS[i]).stack() after a while loop comes back dense zero-padded instead of ragged")
 def test_tensorarray_size_per_example():
   def fn(i):
     ta = tf.TensorArray(tf.float32, size=LENS[i], element_shape=[])
@@ -42,7 +40,6 @@ def test_tensorarray_per_example_length_sum_is_right():
   assert_same(vectorize.pfor(fn, 4), loop(fn, 4))
 
 
-@pytest.mark.xfail(strict=True, reason="LOUD: while_loop growing a tensor by concat (shape_invariants [None]) fails at run time: InvalidArgumentError 'Indices and updates specified for empty output shape' (internal TensorScatterUpdate)")
 def test_while_loop_growing_concat():
   def fn(i):
     return tf.while_loop(lambda k, a: k < LENS_POS[i],

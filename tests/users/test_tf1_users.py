@@ -109,7 +109,6 @@ def test_disable_v2_behavior_ragged_and_gradients_subprocess():
   assert "OK" in out
 
 
-@pytest.mark.xfail(strict=True, reason="under disable_v2_behavior a per-iteration tf.cond crashes: TypeError unhashable type: 'Dimension'")
 def test_disable_v2_behavior_cond_minimal_subprocess():
   out = _run_script("""
       import numpy as np, tensorflow as tf
