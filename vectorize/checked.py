@@ -40,6 +40,7 @@ from vectorize import ragged
 from vectorize import registry
 from vectorize import whole_body_loop
 from vectorize.errors import CHECK_MARK, raising_check_errors
+from vectorize.locations import user_location
 from vectorize.values import Value
 
 # Relative tolerance per dtype; the absolute one is that times (1 + the largest |loop value|).
@@ -267,7 +268,6 @@ def _close(a, b):
 
 def _describe(t, ctx):
   """How a body value is named in the error: op, output, converter, the user's line."""
-  from vectorize import walker  # pylint: disable=import-outside-toplevel
   op = t.op
   kinds = {r.kind for r in ctx.report.records if r.op_name == op.name}
   if "fallback" in kinds:
@@ -279,7 +279,7 @@ def _describe(t, ctx):
     how = (f"converted by {converter.__module__}.{converter.__qualname__}" if converter
            else "converted (no dense converter: its ragged one)")
   return (f"output {t.value_index} of {op.type} op {op.name!r}"
-          f"{walker.user_location(op) or ' (no user line recorded)'}, {how}")
+          f"{user_location(op) or ' (no user line recorded)'}, {how}")
 
 
 def _after(value):

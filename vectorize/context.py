@@ -14,15 +14,18 @@ from typing import Optional
 import tensorflow as tf
 
 from vectorize.control_flow.active_set import ActiveSet, Partitioned
+from vectorize.locations import user_location
 
 
 @dataclasses.dataclass
 class OpRecord:
-  """How one op was converted: kind is 'vectorized', 'invariant' or 'fallback'."""
+  """How one op was converted: kind is 'vectorized', 'invariant' or 'fallback'; for a
+  fallback, the user's line that created the op (' created at file:line', or '')."""
   op_name: str
   op_type: str
   kind: str
   reason: str = ""
+  location: str = ""
 
 
 class Report:
@@ -34,7 +37,8 @@ class Report:
     self.warned_types = set()
 
   def add(self, op, kind, reason=""):
-    self.records.append(OpRecord(op.name, op.type, kind, reason))
+    location = user_location(op) if kind == "fallback" else ""
+    self.records.append(OpRecord(op.name, op.type, kind, reason, location))
 
   @property
   def num_fallbacks(self):

@@ -33,15 +33,17 @@ class Fallback:
     op_type: e.g. "Roll".
     cause: `NO_CONVERTER`, or `DECLINED` when a converter exists but refused this instance.
     reason: the converter's reason (for `DECLINED`, it names the input that stopped it).
+    location: ' created at file:line', the user's line that created the op ('' if unknown).
   """
   op_name: str
   op_type: str
   cause: str
   reason: str
+  location: str = ""
 
   def __str__(self):
     detail = self.cause if self.cause == NO_CONVERTER else f"{self.cause}: {self.reason}"
-    return f"{self.op_name} ({self.op_type}): {detail}"
+    return f"{self.op_name} ({self.op_type}){self.location}: {detail}"
 
 
 @dataclasses.dataclass
@@ -110,15 +112,15 @@ def explain(loop_fn, iters, fallback_to_while_loop=True):
 
   Example:
     >>> x = tf.random.normal([4, 6])
-    >>> print(vectorize.explain(lambda i: tf.roll(x[i], 1, 0), 4))
+    >>> x = tf.random.normal([4, 6])
+    >>> print(vectorize.explain(lambda i: tf.numpy_function(np.sort, [x[i]], tf.float32), 4))
     vectorize.explain: 10 ops: 5 vectorized, 4 invariant, 1 fallback
       op type       vectorized   invariant    fallback
-      AddV2                  1           0           0
       ...
-      Roll                   0           0           1
+      PyFunc                 0           0           1
       StridedSlice           1           0           0
     fallbacks (each runs in a sequential loop):
-      Roll (Roll): no converter is registered
+      PyFunc (PyFunc) created at <your file>:<line>: no converter is registered
 
   Limits: an op converted twice (the condition of a while loop converted with static
   shapes, once before the loop and once in it) counts twice. Ops vectorized on purpose by a
@@ -144,5 +146,5 @@ def _summarize(records, error):
     counts[r.op_type][r.kind] += 1
     if r.kind == "fallback":
       cause = NO_CONVERTER if registry.lookup(r.op_type) is None else DECLINED
-      fallbacks.append(Fallback(r.op_name, r.op_type, cause, r.reason))
+      fallbacks.append(Fallback(r.op_name, r.op_type, cause, r.reason, r.location))
   return Explanation(tuple(records), dict(counts), fallbacks, error)

@@ -12,6 +12,7 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import ragged
 from vectorize.errors import ConversionError
+from vectorize.locations import user_location
 from vectorize.values import stacked
 
 
@@ -19,8 +20,9 @@ def warn_once(op, ctx, reason):
   if ctx.report.warn and op.type not in ctx.report.warned_types:
     ctx.report.warned_types.add(op.type)
     logging.warning(
-        "vectorize: op type %s (e.g. %s) has no vectorized form here (%s); it runs in a "
-        "sequential while loop over the iterations, which is slow.", op.type, op.name, reason)
+        "vectorize: op type %s (e.g. %s%s) has no vectorized form here (%s); it runs in a "
+        "sequential while loop over the iterations, which is slow.", op.type, op.name,
+        user_location(op), reason)
 
 
 def run_sequentially(op, inputs, ctx):

@@ -9,7 +9,6 @@ context forbids fallback. Control edges between body ops are kept between their 
 
 
 import dataclasses
-import os
 
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_module
@@ -23,6 +22,7 @@ from vectorize import ragged
 from vectorize import registry
 from vectorize.context import Report
 from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.locations import user_location
 from vectorize.op_input import OpInput
 from vectorize.values import Value, invariant
 
@@ -268,26 +268,6 @@ def _set_loop_length(dense, static_n):
   for t in dense:
     if static_n is not None and t.shape.rank:
       t.set_shape(tf.TensorShape([static_n]).concatenate(t.shape[1:]))
-
-
-_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (
-    tf.__file__, __file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "converters", "x")))
-
-
-def _is_library_file(filename):
-  """Frames of TensorFlow, vectorize itself, pytest or autograph's generated code."""
-  return (filename.startswith(_LIBRARY_DIRS) or "__autograph_generated" in filename or
-          os.sep + "_pytest" + os.sep in filename or os.sep + "keras" + os.sep in filename)
-
-
-def user_location(op):
-  """' created at file:line' for the user's line that created `op`, or ''."""
-  tb = getattr(op, "traceback", None)
-  frames = [f for f in tb or () if not _is_library_file(f.filename)]
-  if not frames:
-    return ""
-  return f" created at {frames[-1].filename}:{frames[-1].lineno}"
 
 
 def _describe_failure(op, reason):

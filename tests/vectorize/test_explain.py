@@ -49,7 +49,7 @@ def test_explain_names_op_type_and_cause_of_an_op_with_no_converter():
   assert _kinds(e, "PyFunc") == {"fallback": 1}
   (fallback,) = e.fallbacks
   assert (fallback.op_type, fallback.cause) == ("PyFunc", explain_module.NO_CONVERTER)
-  assert "PyFunc (PyFunc): no converter is registered" in str(e)
+  assert "PyFunc (PyFunc) created at " in str(e) and ": no converter is registered" in str(e)
 
 
 def test_explain_gives_the_reason_naming_the_input_when_a_converter_declines():
@@ -103,3 +103,19 @@ def test_explain_table_lists_every_op_type():
 def test_explain_reraises_errors_of_the_body_itself():
   with pytest.raises(TypeError, match="object"):
     explain(lambda i: object(), 3)
+
+
+
+def test_explain_and_the_warning_name_the_users_line_of_a_fallback(caplog):
+  """Issue 24, 4: as the fallback-off error does."""
+  def body(i):
+    return tf.ensure_shape(tf.numpy_function(np.sort, [X[i]], tf.float32), [6])
+  line = body.__code__.co_firstlineno + 1
+  e = explain(body, 4)
+  [fallback] = e.fallbacks
+  assert f"test_explain.py:{line}" in fallback.location
+  assert f"test_explain.py:{line}" in str(e)
+  with caplog.at_level("WARNING"):
+    vectorize.pfor(lambda i: body(i) * 1.0, 4)
+  assert any(f"test_explain.py:{line}" in r.getMessage() and "PyFunc" in r.getMessage()
+             for r in caplog.records)
