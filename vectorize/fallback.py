@@ -42,6 +42,10 @@ def run_sequentially(op, inputs, ctx):
   if any(sized) or takes_ragged:
     ragged.require_dynamic_shapes(op, "a value of the loop that falls back here")
   read = [_reader(v) for v in inputs]
+  # Stacked outputs the graph leaves a later size of unknown: one shape in every iteration,
+  # checked (a later axis that differs per iteration cannot be held here).
+  unsure = [not k and t.shape.rank is not None and not t.shape.is_fully_defined()
+            for t, k in zip(op.outputs, sized)]
 
   def body(i, *arrays):
     new_op = graph_io.copy_op(op, [r(i) for r in read])
@@ -51,7 +55,9 @@ def run_sequentially(op, inputs, ctx):
     values = tuple(a.write(i, _merged(t, k)) for a, t, k in zip(arrays, new_op.outputs, sized))
     sizes = tuple(a.write(i, tf.shape(t, out_type=tf.int32)[:k])
                   for a, (t, k) in zip(arrays[len(dtypes):], _sized(new_op.outputs, sized)))
-    return (i + 1,) + values + sizes
+    shapes = tuple(a.write(i, tf.shape(t, out_type=tf.int32)) for a, t in
+                   zip(arrays[len(dtypes) + len(sizes):], _unsure(new_op.outputs, unsure)))
+    return (i + 1,) + values + sizes + shapes
 
   arrays = tuple(
       tf.TensorArray(t.dtype, size=ctx.n, infer_shape=not k,
@@ -60,13 +66,33 @@ def run_sequentially(op, inputs, ctx):
       for t, k in zip(op.outputs, sized))
   arrays += tuple(tf.TensorArray(tf.int32, size=ctx.n, element_shape=[k])
                   for _, k in _sized(op.outputs, sized))
+  arrays += tuple(tf.TensorArray(tf.int32, size=ctx.n, element_shape=[t.shape.rank])
+                  for t in _unsure(op.outputs, unsure))
   results = tf.while_loop(lambda i, *_: i < ctx.n, body, (tf.constant(0),) + arrays)
   if not dtypes:
     return results[0].op
-  sizes = iter(results[1 + len(dtypes):])
+  num_sized = len(_sized(op.outputs, sized))
+  sizes = iter(results[1 + len(dtypes):1 + len(dtypes) + num_sized])
+  shapes = iter(results[1 + len(dtypes) + num_sized:])
   return [ragged.multi_axis(a.concat(), next(sizes).stack()) if k else
-          stacked(_stack(a, t.shape, ctx))
-          for a, t, k in zip(results[1:], op.outputs, sized)]
+          stacked(_stack(a, t.shape, ctx, _one_shape(op, next(shapes).stack()) if u else None))
+          for a, t, k, u in zip(results[1:], op.outputs, sized, unsure)]
+
+
+def _unsure(outputs, unsure):
+  return [t for t, u in zip(outputs, unsure) if u]
+
+
+def _one_shape(op, shapes):
+  """An assertion that every iteration gave op's output one shape (`shapes`: `[n, rank]`)."""
+  same = tf.reduce_all(tf.equal(shapes, shapes[:1]))
+  return tf.debugging.Assert(same, [
+      f"vectorize: op {op.name!r} ({op.type}){user_location(op)} falls back to a sequential "
+      "loop, and its output differs in size per iteration in an axis after the first, which "
+      "pfor cannot hold (only a first axis of per-iteration size). Shapes per iteration:",
+      shapes, "To fix: make that size the same in every iteration (pad it), or flatten the "
+      "value so that its first axis varies (tf.reshape(x, [-1]) in the same op's place)."],
+      summarize=12)
 
 
 def _varying_axes(shape, takes_ragged):
@@ -101,8 +127,12 @@ def _reader(value):
   return lambda i: value.tensor
 
 
-def _stack(array, shape, ctx):
-  """The array stacked; with no iteration, an empty tensor even if a dim is unknown (0)."""
+def _stack(array, shape, ctx, check=None):
+  """The array stacked (after `check`); with no iteration, an empty tensor even if a dim is
+  unknown (0)."""
+  if check is not None:
+    with tf.control_dependencies([check]):
+      return _stack(array, shape, ctx)
   if shape.is_fully_defined() or ctx.static_n:
     return array.stack()
   empty_shape = [0] + [d if d is not None else 0 for d in shape.as_list()] \
