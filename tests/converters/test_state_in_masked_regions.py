@@ -77,8 +77,8 @@ def _assign_add_in_a_conditional(v):
     (_scatter_in_a_masked_loop, np.zeros(3, np.float32)),
     (_assign_add_in_a_conditional, np.zeros(3, np.float32)),
 ])
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic", "xla"])
-@pytest.mark.parametrize("n", [0, 4])
+@pytest.mark.parametrize("mode,n", [("function", 0), ("eager", 4), ("dynamic", 4),
+                                    ("xla", 4)])
 def test_dead_lanes_leave_no_update(make_body, initial, mode, n):
   actual, expected = _effect(make_body, initial, n, mode)
   testing.assert_allclose(actual, expected)
