@@ -163,7 +163,8 @@ def _check_parallel_iterations(parallel_iterations):
     raise TypeError(f"parallel_iterations must be a positive int or None, got "
                     f"{parallel_iterations!r}.")
   if parallel_iterations < 1:
-    raise ValueError(f"parallel_iterations must be at least 1, got {parallel_iterations}.")
+    raise ValueError(f"parallel_iterations must be a positive integer or None, got "
+                     f"{parallel_iterations}.")
   return int(parallel_iterations)
 
 
