@@ -291,10 +291,11 @@ class _CompositeParts(NamedTuple):
 
 def _is_user_composite(x):
   """A composite value of the user's that TF's pfor batches through its TypeSpec; tensors,
-  variables and the composites vectorize handles itself are not."""
+  variables and the composites vectorize handles itself are not (checked first: an
+  IndexedSlices of scalar indices cannot build its TypeSpec)."""
   return (isinstance(x, composite_tensor.CompositeTensor) and
-          isinstance(x._type_spec, type_spec.BatchableTypeSpec) and  # pylint: disable=protected-access
-          not isinstance(x, (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices, tf.Variable)))
+          not isinstance(x, (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices, tf.Variable)) and
+          isinstance(x._type_spec, type_spec.BatchableTypeSpec))  # pylint: disable=protected-access
 
 
 def _composite_parts(tensors, value):

@@ -50,3 +50,14 @@ def test_vectorized_map_takes_an_extension_type(mode):
       tf.function(lambda: vectorize.vectorized_map(fn, points))
   expected = tf.stack([fn(Point(x=X[i], y=Y[i])) for i in range(8)])
   np.testing.assert_allclose(run(), expected)
+
+
+def test_indexed_slices_with_scalar_indices_still_return_dense():
+  """An IndexedSlices whose TypeSpec cannot even be built (scalar indices) is no user
+  composite: it is densified as before, as the loop's tf.convert_to_tensor gives."""
+  def body(i):
+    return tf.IndexedSlices(indices=i, values=tf.reshape(tf.cast(i, tf.float32), [1]),
+                            dense_shape=[3, 1])
+
+  expected = tf.stack([tf.convert_to_tensor(body(tf.constant(i))) for i in range(2)])
+  np.testing.assert_allclose(tf.function(lambda: vectorize.pfor(body, 2))(), expected)
