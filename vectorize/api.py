@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import composite_tensor
+from tensorflow.python.framework import type_spec
 from tensorflow.python.util import nest
 
 from vectorize import engine
@@ -28,7 +30,8 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
     loop_fn: `loop_fn(i)` or `loop_fn(i, pfor_config)`, returning a nested structure of
       tensors, Python scalars, `tf.IndexedSlices` (returned dense), `tf.RaggedTensor`s
       (returned with one more ragged dimension), `tf.SparseTensor`s (returned with a
-      leading loop axis), Operations (run for their effect) and None (passed through).
+      leading loop axis), user composites (a `tf.experimental.BatchableExtensionType`,
+      batched through its TypeSpec as TF's pfor does), Operations (run for their effect) and None (passed through).
       A function, callable object, `functools.partial` or `tf.function`.
     iters: the number of iterations: a non-negative Python int, `Dimension` or scalar
       integer tensor, below 2**31.
@@ -78,7 +81,8 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     elems: a nested structure of tensors whose leading dimensions are a common size n or 1
       (a leading dimension of 1 is broadcast to every iteration, as TensorFlow's does);
       `tf.RaggedTensor`s of ragged rank 1 too (fn sees each row as a tensor), and
-      `tf.SparseTensor`s of rank 2 or more (fn sees each row as a SparseTensor).
+      `tf.SparseTensor`s of rank 2 or more (fn sees each row as a SparseTensor), and user
+      composites (a `tf.experimental.BatchableExtensionType`: fn sees one element).
     fallback_to_while_loop: as in `pfor`.
     warn: as in `pfor` (on by default).
 
@@ -163,7 +167,8 @@ def _check_parallel_iterations(parallel_iterations):
     raise TypeError(f"parallel_iterations must be a positive int or None, got "
                     f"{parallel_iterations!r}.")
   if parallel_iterations < 1:
-    raise ValueError(f"parallel_iterations must be at least 1, got {parallel_iterations}.")
+    raise ValueError(f"parallel_iterations must be a positive integer or None, got "
+                     f"{parallel_iterations}.")
   return int(parallel_iterations)
 
 
@@ -197,9 +202,10 @@ def pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a
     n = tf.constant(iters, tf.int32)
   else:
     n = tf.cast(iters, tf.int32) if is_a_size else _run_time_n(iters)
-  result = engine.vectorize_loop(_sparse_outputs_as_parts(loop_fn), n, static_n, fallback,
+  specs = []
+  result = engine.vectorize_loop(_outputs_as_parts(loop_fn, specs), n, static_n, fallback,
                                  parallel_iterations, warn)
-  return _stacked_sparse_outputs(result)
+  return _batched_composites(_stacked_sparse_outputs(result), specs, static_n)
 
 
 # ----------------------------------------------------------------------------- sparse
@@ -224,16 +230,24 @@ class _SparseParts(NamedTuple):
   dense_shape: tf.Tensor
 
 
-def _sparse_outputs_as_parts(loop_fn):
+def _outputs_as_parts(loop_fn, specs):
   """loop_fn, converted by autograph as the caller has it, its SparseTensor outputs as
-  `_SparseParts` (itself not converted again; its signature is loop_fn's)."""
+  `_SparseParts` and its user composites as `_CompositeParts` (their specs, in order, in
+  `specs`, as of the last trace); itself not converted again, its signature loop_fn's."""
   fn = trace.autograph_like_caller(loop_fn)
+
+  def as_parts(x):
+    if isinstance(x, tf.SparseTensor):
+      return _SparseParts(x.indices, x.values, x.dense_shape)
+    if _is_user_composite(x):
+      specs.append(x._type_spec)  # pylint: disable=protected-access
+      return _composite_parts(x._type_spec._to_tensor_list(x), x)  # pylint: disable=protected-access
+    return x
 
   @functools.wraps(loop_fn, updated=())
   def body(*args):
-    return nest.map_structure(
-        lambda x: _SparseParts(x.indices, x.values, x.dense_shape)
-        if isinstance(x, tf.SparseTensor) else x, fn(*args))
+    del specs[:]
+    return nest.map_structure(as_parts, fn(*args))
 
   return tf.autograph.experimental.do_not_convert(body)
 
@@ -267,7 +281,63 @@ def _stack_sparse(parts):
                          flat_values, tf.concat([n[None], largest], 0))
 
 
+# ----------------------------------------------------------------------------- composites
+
+class _CompositeParts(NamedTuple):
+  """A user composite (a BatchableExtensionType, a CompositeTensor with a BatchableTypeSpec)
+  as the tensors its spec encodes it in; the engine stacks tensors, the spec rebuilds it."""
+  tensors: tuple
+
+
+def _is_user_composite(x):
+  """A composite value of the user's that TF's pfor batches through its TypeSpec; tensors,
+  variables and the composites vectorize handles itself are not (checked first: an
+  IndexedSlices of scalar indices cannot build its TypeSpec)."""
+  return (isinstance(x, composite_tensor.CompositeTensor) and
+          not isinstance(x, (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices, tf.Variable)) and
+          isinstance(x._type_spec, type_spec.BatchableTypeSpec))  # pylint: disable=protected-access
+
+
+def _composite_parts(tensors, value):
+  if any(t.dtype == tf.variant for t in tensors):
+    raise TypeError(f"{type(value).__name__} encodes itself as a variant tensor, which "
+                    "vectorize cannot stack. To fix: return or pass its tensors (fields) "
+                    "instead, or give its TypeSpec a _to_tensor_list of plain tensors.")
+  return _CompositeParts(tuple(tensors))
+
+
+def _batched_composites(result, specs, static_n):
+  """The `_CompositeParts` in the stacked result rebuilt as batched composites: each spec
+  batched by the loop size, as TF's pfor does."""
+  return _rebuild_composites(result, specs, lambda spec: spec._batch(static_n))  # pylint: disable=protected-access
+
+
+def _rebuild_composites(structure, specs, spec_for):
+  shallow = nest.get_traverse_shallow_structure(
+      lambda x: not isinstance(x, _CompositeParts), structure)
+  order = iter(specs)
+  return nest.map_structure_up_to(
+      shallow, lambda x: spec_for(next(order))._from_compatible_tensor_list(list(x.tensors))  # pylint: disable=protected-access
+      if isinstance(x, _CompositeParts) else x, structure)
+
+
+def _composite_elems_as_parts(elems):
+  """vectorized_map's user composite elems as `_CompositeParts` of their batched tensors,
+  and the specs of one element each, to rebuild an iteration's element from its rows."""
+  specs = []
+
+  def as_parts(x):
+    if not _is_user_composite(x):
+      return x
+    spec = x._type_spec  # pylint: disable=protected-access
+    specs.append(spec._unbatch())  # pylint: disable=protected-access
+    return _composite_parts(spec._to_batched_tensor_list(x), x)  # pylint: disable=protected-access
+
+  return nest.map_structure(as_parts, elems), specs
+
+
 def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
+  elems, element_specs = _composite_elems_as_parts(elems)
   elems = tf.nest.map_structure(_as_tensor, elems)
   flat = tf.nest.flatten(elems)
   if not flat:
@@ -282,7 +352,8 @@ def _vectorized_map_in_graph(fn, elems, fallback_to_while_loop=True, warn=True):
   fn = trace.autograph_like_caller(fn)
 
   def loop_fn(i):
-    return fn(tf.nest.map_structure(lambda e: _broadcasting_gather(e, i), elems))
+    rows = tf.nest.map_structure(lambda e: _broadcasting_gather(e, i), elems)
+    return fn(_rebuild_composites(rows, element_specs, lambda spec: spec))
 
   return pfor_in_graph(loop_fn, _check_iters(n), fallback_to_while_loop, None, warn,
                         is_a_size=True)

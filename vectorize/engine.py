@@ -116,8 +116,9 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
   _last_report[0] = report
   chunked = chunk_size is not None and (static_n is None or static_n > chunk_size)
   if chunked and body.config is not None and body.config.has_reductions:
-    raise ValueError("pfor_config reductions cannot be combined with parallel_iterations: "
-                     "a reduction needs all iterations at once.")
+    raise ValueError("pfor_config reductions with `parallel_iterations` currently unsupported: "
+                     "a reduction needs all iterations at once. To fix: drop "
+                     "parallel_iterations.")
   with tf.name_scope("pfor"):
     with dims.ints():
       refusal = (fallback_allowed and body.config is None and

@@ -518,3 +518,27 @@ def test_tf1_variables_created_in_loop_fn_join_the_callers_collections():
       session.run(init)
       losses[name] = [session.run([loss, train], {x: X.numpy()[:4]})[0] for _ in range(3)]
   np.testing.assert_allclose(losses["ours"], losses["tf"], rtol=1e-5)
+
+
+def _raised(call):
+  with pytest.raises(Exception) as info:
+    call()
+  return info.value
+
+
+@pytest.mark.parametrize("pfor", [tf_pfor_ops.pfor, vectorize.pfor], ids=["tf", "vectorize"])
+def test_zero_parallel_iterations_names_a_positive_integer(pfor):
+  """Code that matches TF's error text ("positive integer") keeps working with ours."""
+  error = _raised(lambda: pfor(lambda i: tf.cast(i, tf.float32), 8, parallel_iterations=0))
+  assert isinstance(error, ValueError) and "positive integer" in str(error)
+
+
+@pytest.mark.parametrize("pfor", [tf_pfor_ops.pfor, vectorize.pfor], ids=["tf", "vectorize"])
+def test_reduction_with_parallel_iterations_says_unsupported(pfor):
+  """A pfor_config reduction under parallel_iterations is refused with TF's wording."""
+  def body(i, pfor_config):
+    return pfor_config.reduce_sum(tf.gather(X, i))
+
+  error = _raised(lambda: pfor(body, 8, parallel_iterations=2))
+  assert isinstance(error, ValueError)
+  assert "`parallel_iterations` currently unsupported" in str(error)
