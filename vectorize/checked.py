@@ -33,6 +33,8 @@ import contextlib
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python import pywrap_tfe
 
 from vectorize import graph_io
 from vectorize import options
@@ -47,6 +49,7 @@ from vectorize.values import Value
 _TOLERANCE = {tf.float16: 2e-2, tf.bfloat16: 1e-1, tf.float32: 1e-3, tf.float64: 1e-7,
               tf.complex64: 1e-3, tf.complex128: 1e-7}
 _NOT_COMPARED = (tf.resource, tf.variant)
+_CONDITIONALS = ("If", "StatelessIf", "Case", "StatelessCase")
 
 
 @contextlib.contextmanager
@@ -90,11 +93,18 @@ def convert_checked(body, ctx):
   variables = list(graph.variables) if whole_body_loop.writes_variables(graph) else []
   before = [tf.identity(v.read_value()) for v in variables]
   probes = _probes(graph)
+  emitting = tf.compat.v1.get_default_graph()
+  count = len(emitting.get_operations())
   with tf.control_dependencies(before):
     values, operations, probe_values = body.convert(ctx, probes)
   outputs = [_comparable(v, n) for v in probe_values]
+  # Graphs with no automatic control dependencies (TF1): the reads after pfor wait for
+  # every effect it emitted, not only for its outputs.
+  # (Those inside a TF1 while loop's frame cannot be waited on from outside: its outputs.)
+  effects = [o for o in emitting.get_operations()[count:] if o._is_stateful and  # pylint: disable=protected-access
+             o._get_control_flow_context() is None]  # pylint: disable=protected-access
   ran = [v.tensor for v in values if isinstance(v, Value) and isinstance(v.tensor, tf.Tensor)]
-  with tf.control_dependencies(ran + [o for o in operations if o is not None]):
+  with tf.control_dependencies(effects + ran if variables else []):
     after = [tf.identity(v.read_value()) for v in variables]
   with tf.control_dependencies(after):
     restored = [v.assign(b) for v, b in zip(variables, before)]
@@ -110,9 +120,11 @@ def convert_checked(body, ctx):
       "converts; report it with that op, or avoid it (fallback_to_while_loop runs it in a "
       "loop if its converter refuses)."])
   checks = [tf.debugging.Assert(holds, [message])]
-  for v, a in zip(variables, after):
+  with tf.control_dependencies([failure[0]]):
+    left = [tf.identity(v.read_value()) for v in variables]
+  for v, a, b in zip(variables, after, left):
     checks.append(tf.debugging.Assert(
-        _close(a, v.read_value()),
+        _close(a, b),
         [f"{CHECK_MARK}: after pfor, variable {v.name!r} differs from what the loop leaves"]))
   with tf.control_dependencies(checks):
     values = [_after(v) for v in values]
@@ -144,11 +156,17 @@ def _first_difference(body, probes, outputs, iterations):
     earlier = here < first
     return k + 1, tf.where(earlier, here, first), tf.where(earlier, i, at)
 
-  size = tf.shape(iterations)[0]
-  _, first, at = tf.while_loop(lambda k, *_: k < size, step,
-                               (tf.constant(0), tf.constant(count), tf.constant(-1)),
-                               parallel_iterations=1)
-  return first, at
+  def loop():
+    size = tf.shape(iterations)[0]
+    return tf.while_loop(lambda k, *_: k < size, step,
+                         (tf.constant(0), tf.constant(count), tf.constant(-1)),
+                         parallel_iterations=1)[1:]
+
+  # A function of its own, not inlined: Grappler rewrites the body's copies on their own,
+  # and cannot merge them with the vectorized graph (its rewrite of a lowered cond's
+  # `a + tf.reduce_sum(a)`, README Limitations, then reached pfor's own output).
+  return tf.function(loop, autograph=False,
+                     experimental_attributes={"_noinline": True})()
 
 
 def _run_once(graph, i, captured, wanted):
@@ -162,6 +180,9 @@ def _run_once(graph, i, captured, wanted):
     deps = [emitted[c] for c in op.control_inputs if c in emitted]
     with tf.control_dependencies(deps):
       new_op = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
+    if op.type in _CONDITIONALS:   # kept functional: Grappler's rewrite of a lowered cond
+      new_op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
+                       attr_value_pb2.AttrValue(b=False))   # changes its values (README)
     emitted[op] = new_op
     env.update((t.ref(), o) for t, o in zip(op.outputs, new_op.outputs))
   return [env[t.ref()] for t in wanted]
@@ -178,7 +199,15 @@ def _probes(graph):
   random = _random_ops(graph, order)
   return [t for op in order if op.type not in ("Placeholder", "Const") and op not in random
           for t in op.outputs if t.ref() in used and t.dtype not in _NOT_COMPARED and
-          not _only_printed(t, outputs)]
+          not _only_printed(t, outputs) and not _for_a_gradient(t, outputs)]
+
+
+def _for_a_gradient(t, outputs):
+  """An output of a conditional that only another conditional reads: under a tape, the
+  intermediates a branch exports for its gradient, undefined for the iterations that take
+  the other branch (the gradient's values are compared where they are used)."""
+  return (t.op.type in _CONDITIONALS and not any(t is o for o in outputs) and
+          all(c.type in _CONDITIONALS for c in t.consumers()))
 
 
 def _only_printed(t, outputs):
@@ -312,10 +341,24 @@ def _check_outside_xla(body, ctx, sample):
           "vectorize.static_shapes().", CHECK_MARK, name)
     return
   from vectorize import api  # pylint: disable=import-outside-toplevel  (api calls the engine)
-  with tf.init_scope(), options.setting("static_shapes", True), \
+  with tf.init_scope(), _tapes_recording(), options.setting("static_shapes", True), \
        options.setting("outside_xla", True), options.setting("checked", sample), \
        raising_check_errors():
     saved = [(v, tf.identity(v)) for v in body.graph.variables]   # for the compiled run
     api.pfor(body.loop_fn, static_n, fallback_to_while_loop=ctx.fallback_allowed, warn=False)
     for v, value in saved:
       v.assign(value)
+
+
+@contextlib.contextmanager
+def _tapes_recording():
+  """Tapes record again inside `tf.init_scope()`, which stops them: the body's own
+  `tf.GradientTape` must record when it runs there (its gradient was None)."""
+  stopped = pywrap_tfe.TFE_Py_TapeSetIsStopped()
+  if stopped:
+    pywrap_tfe.TFE_Py_TapeSetRestartOnThread()
+  try:
+    yield
+  finally:
+    if stopped:
+      pywrap_tfe.TFE_Py_TapeSetStopOnThread()

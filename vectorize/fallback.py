@@ -28,15 +28,20 @@ def warn_once(op, ctx, reason):
 def run_sequentially(op, inputs, ctx):
   """Emits a while loop computing `op` iteration by iteration; returns stacked outputs.
 
-  A ragged input is read one iteration's rows at a time. An output whose per-iteration
+  A ragged input is read one iteration's rows at a time. An op with effects and no outputs
+  (a write) runs only for the live lanes of a masked region (`ctx.live_lanes`). An output whose per-iteration
   first dimension is unknown (and the rest known) may differ in size between iterations:
   its values are concatenated and it comes back ragged, with one row length per iteration.
   """
   dtypes = [t.dtype for t in op.outputs]
   if any(t.dtype == tf.variant for t in list(op.inputs) + list(op.outputs)):
     raise ConversionError(
-        f"Op {op.name} ({op.type}) takes or makes a TensorList or other variant that differs "
-        "per iteration; it has no vectorized form and cannot run in a sequential loop.")
+        f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: it takes or makes a "
+        "TensorList (a TensorArray) or other variant that differs per iteration, which has "
+        "no vectorized form here and cannot run in a sequential loop. To fix: give the "
+        "TensorArray a size and element shape that are the same in every iteration (pad "
+        "per-example lengths and keep the length beside it), or build the value with "
+        "tf.concat / tf.stack of tensors instead.")
   takes_ragged = any(ragged.is_ragged(v) for v in inputs)
   sized = [_varying_axes(t.shape, takes_ragged) for t in op.outputs]
   if any(sized) or takes_ragged:
@@ -47,8 +52,13 @@ def run_sequentially(op, inputs, ctx):
   unsure = [not k and t.shape.rank is not None and not t.shape.is_fully_defined()
             for t, k in zip(op.outputs, sized)]
 
+  live = ctx.live_lanes if op._is_stateful else None  # pylint: disable=protected-access
+
   def body(i, *arrays):
-    new_op = graph_io.copy_op(op, [r(i) for r in read])
+    if not dtypes and live is not None:   # an effect: a dead lane of a masked region has none
+      new_op = tf.cond(live[i], lambda: graph_io.copy_op(op, [r(i) for r in read]), tf.no_op)
+    else:
+      new_op = graph_io.copy_op(op, [r(i) for r in read])
     if not dtypes:
       with tf.control_dependencies([new_op]):
         return (i + 1,)

@@ -75,9 +75,16 @@ def checked_sample():
   env = os.environ.get(CHECKED_VARIABLE, "").strip().lower()
   if env in ("", "0", "false", "no", "off"):
     return None
+  if env in ("1", "true", "yes", "on"):
+    return DEFAULT_SAMPLE
   if env == CHECK_ALL:
     return CHECK_ALL
-  return int(env) if env.isdigit() and env != "1" else DEFAULT_SAMPLE
+  if not env.isdigit():
+    raise ValueError(
+        f"{CHECKED_VARIABLE}={os.environ[CHECKED_VARIABLE]!r} is not understood: set it to 1 "
+        "(check a sample of 8 iterations), all (every iteration), a number of iterations "
+        "k >= 2, or 0 (off).")
+  return int(env)
 
 
 def cache_key():

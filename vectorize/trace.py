@@ -116,7 +116,16 @@ def trace(fn, input_specs, extra_args=(), name=None):
   result = {}
 
   def body(*args):
-    out = fn(*args, *extra_args)
+    try:
+      out = fn(*args, *extra_args)
+    except TypeError as e:
+      if "_ref" not in str(e):
+        raise
+      raise TypeError(
+          f"{where} updates a TF1 reference variable (tf.compat.v1.Variable under "
+          "disable_v2_behavior), which a traced body cannot write. To fix: create it with "
+          "use_resource=True (tf.compat.v1.get_variable(..., use_resource=True)), or call "
+          f"tf.compat.v1.enable_resource_variables() first. ({e})") from None
     leaves = _flat_outputs(out, where)
     result["structure"] = out
     result["kinds"] = [kind for kind, _ in leaves]

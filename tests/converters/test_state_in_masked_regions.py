@@ -112,3 +112,25 @@ def test_an_assign_in_a_masked_loop_is_refused_naming_the_mask():
     return ta.stack()
   with pytest.raises(vectorize.ConversionError, match="converted with masks"):
     testing.run_pfor(body, 4, mode="function")
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_a_write_in_the_fallback_runs_for_live_lanes_only(mode):
+  """ResourceScatterNdAdd has no converter: its fallback ran for dead lanes too under XLA
+  (a user's histogram came out [5, 26, 1, 3, 13, 2] where the loop leaves [4, 6, 1, 3, 4, 2])."""
+  trips = tf.constant([2, 0, 3, 1, 4])
+
+  def make_body(v):
+    def body(i):
+      def step(t):
+        v.scatter_nd_add([[(i + t) % 6]], [t + 1])
+        return [t + 1]
+      return tf.while_loop(lambda t: t < trips[i], step, [tf.constant(0)])[0]
+    return body
+  variable = tf.Variable(tf.zeros([6], tf.int32))
+  testing.run_pfor(make_body(variable), 5, mode=mode, fallback=True)
+  after_pfor = variable.numpy()
+  variable.assign(tf.zeros([6], tf.int32))
+  for i in range(5):
+    make_body(variable)(tf.constant(i))
+  np.testing.assert_array_equal(after_pfor, variable.numpy())

@@ -69,11 +69,6 @@ def test_body_returns_mismatched_dtypes_in_cond_names_line():
   assert THIS in str(e.value) or "cond" in str(e.value), str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "README: a ConversionError names the op, the user's line and the fix; this one "
-    "('Op while/TensorArrayV2Write/TensorListSetItem ... takes or makes a TensorList or other "
-    "variant that differs per iteration; it has no vectorized form and cannot run in a "
-    "sequential loop.') names neither the line nor a fix"))
 def test_ta_conversion_error_names_user_line_with_fallback_off():
   """README: a ConversionError names the op, the user's line and the fix."""
   def body(i):

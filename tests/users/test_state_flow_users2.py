@@ -82,13 +82,7 @@ def test_while_assign_sub_int_counter(mode):
   assert_state(sv, sl, exact=True)
 
 
-XLA_SCATTER = pytest.param("xla", marks=pytest.mark.xfail(strict=True, raises=vectorize.CheckError, reason=(
-    "under jit_compile, scatter_nd_add inside a while loop of per-example trips leaves the "
-    "variable [5,26,1,3,13,2] where the loop leaves [4,6,1,3,4,2] (silent without the "
-    "checked mode; the checked mode catches it)")))
-
-
-@pytest.mark.parametrize("mode", ["eager", "function", XLA_SCATTER])
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
 def test_while_scatter_nd_add_histogram(mode):
   def make():
     hist = tf.Variable(tf.zeros([6], tf.int32))
@@ -264,13 +258,7 @@ def test_runtime_n_while_assign_add():
   np.testing.assert_allclose(vv.numpy(), vl.numpy(), rtol=1e-5)
 
 
-XLA_TAPE = pytest.param("xla", marks=pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "checked mode under jit_compile re-traces the body where tape.gradient(loss, xi) of a "
-    "watched slice returns None: a correct body crashes with TypeError (float * None); "
-    "without the checked mode the same function gives the right gradients")))
-
-
-@pytest.mark.parametrize("mode", ["eager", "function", XLA_TAPE])
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
 def test_optimizer_free_sgd_counter(mode):
   """A per-example 'training' step written by hand: w -= lr * grad, applied in loop order."""
   def make():
@@ -313,9 +301,6 @@ def test_while_reads_variable_it_updates(mode):
   assert_state(sv, sl)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "silent wrong answer: under jit_compile scatter_nd_add in a while loop of per-example "
-    "trips leaves [5,26,1,3,13,2], the loop [4,6,1,3,4,2]"))
 def test_xla_scatter_in_while_silent_without_checked_mode(monkeypatch):
   """The same program as test_while_scatter_nd_add_histogram[xla], checked mode off:
   a user not using the checked mode gets the wrong state with no error."""
