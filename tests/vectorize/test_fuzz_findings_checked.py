@@ -32,3 +32,28 @@ def test_map_and_batch_drop_remainder_keeps_the_dropped_elements_side_effects():
   for g, w in zip(got, want):
     np.testing.assert_array_equal(g, w)
   assert v.numpy() == want_state, (v.numpy(), want_state)
+
+
+# Fuzz seed 3000030 (n0 mode: "shape (0, 0, 3) != expected (0, 2, 3)"); shrunk repro
+# /tmp/fuzz_campaign/chunk_0/repro_6.py.
+@pytest.mark.xfail(strict=True, reason="stack() of a dynamic-size TensorArray that a while "
+                   "loop of a loop-invariant trip count (2) fills: pfor gives (n, 2, 3) for "
+                   "n = 1 but (0, 0, 3) for n = 0, where stacking no iteration of a (2, 3) "
+                   "value gives (0, 2, 3)")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_dynamic_tensor_array_of_invariant_length_at_n0(compiled):
+  x = tf.constant([[1, 2, 3], [4, 5, 6]])
+
+  def body(i):
+    a = tf.gather(x, i)
+    _, ta = tf.while_loop(
+        lambda j, ta: j < 2, lambda j, ta: (j + 1, ta.write(j, a)),
+        (0, tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[3])))
+    return ta.stack()
+
+  assert body(tf.constant(0)).shape == (2, 3)
+  run = lambda n: vectorize.pfor(body, n, fallback_to_while_loop=False)
+  if compiled:
+    run = tf.function(run, autograph=False)
+  assert run(1).shape == (1, 2, 3)
+  assert run(0).shape == (0, 2, 3), run(0).shape
