@@ -314,8 +314,10 @@ def _xla_refusal(loaded, n, error, expected):
   fit its compile-time size, which vectorize refuses to imitate.
   """
   if any(documented in str(error) for documented in (
-      "XLA needs static shapes", "output's size depends on the data")):
-    # Documented refusals: a value of per-iteration size has no static shape to pad to; and
+      "XLA needs static shapes", "output's size depends on the data",
+      "whose size differs per iteration has no static capacity under XLA")):
+    # Documented refusals: a value of per-iteration size has no static shape to pad to (a
+    # TensorArray of size f(i) has no static capacity either, seed 3000012); and
     # XLA computes tf.unique wrongly by itself for some inputs (an empty result, walker.py).
     return Outcome("xla_unsupported", headline(error))
   kernel = re.search(r"No registered '(\w+)' OpKernel for XLA", str(error))

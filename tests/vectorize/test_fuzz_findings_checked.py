@@ -57,3 +57,62 @@ def test_dynamic_tensor_array_of_invariant_length_at_n0(compiled):
     run = tf.function(run, autograph=False)
   assert run(1).shape == (1, 2, 3)
   assert run(0).shape == (0, 2, 3), run(0).shape
+
+
+def _grown(i, trips, dynamic=True):
+  """A TensorArray written for j < trips (a per-iteration count) in a while loop."""
+  ta = (tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[2]) if dynamic
+        else tf.TensorArray(tf.float32, size=trips, element_shape=[2]))
+  _, ta = tf.while_loop(
+      lambda j, ta: j < trips,
+      lambda j, ta: (j + 1, ta.write(j, tf.fill([2], tf.cast(j + 10 * i, tf.float32)))),
+      (0, ta))
+  return ta
+
+
+def _assert_equal_ragged(got, want):
+  assert isinstance(got, tf.RaggedTensor), f"a dense {got.shape} where the loop is ragged"
+  np.testing.assert_array_equal(got.row_lengths(), want.row_lengths())
+  np.testing.assert_array_equal(got.flat_values, want.flat_values)
+
+
+# Fuzz seeds 3000043, 3000060 (eager, function, dynamic, tf1: "a dense value where the
+# loop's sizes differ per iteration"); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_7.py.
+@pytest.mark.xfail(strict=True, reason="stack() / concat() of a TensorArray written for "
+                   "j < i + 1 (dynamic_size=True, or size=i + 1) comes back dense, "
+                   "zero-padded to the longest iteration ((3, 3, 2), (3, 6)), where the loop's "
+                   "values differ in length: a silent wrong answer")
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("read", ["stack", "concat"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_tensor_array_of_per_iteration_length_reads_back_ragged(compiled, read, dynamic):
+  body = lambda i: getattr(_grown(i, i + 1, dynamic), read)()
+  want = tf.ragged.stack([body(tf.constant(i)) for i in range(3)])
+  run = lambda: vectorize.pfor(body, 3, fallback_to_while_loop=False)
+  _assert_equal_ragged(tf.function(run)() if compiled else run(), want)
+
+
+# Fuzz seed 3000043 (grad: "variable state: int32 values differ": a trip count computed
+# from tf.size of such a stack); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_8.py.
+@pytest.mark.xfail(strict=True, reason="tf.size(ta.stack()) of a dynamic-size TensorArray "
+                   "of per-iteration length is the padded size in every iteration ([4, 4, 4] "
+                   "where the loop gives [2, 2, 4]), and what depends on it goes wrong too")
+def test_size_of_stack_of_dynamic_tensor_array_of_per_iteration_length():
+  body = lambda i: tf.size(_grown(i, tf.maximum(i, 1)).stack())
+  want = [int(body(tf.constant(i))) for i in range(3)]
+  got = vectorize.pfor(body, 3, fallback_to_while_loop=False)
+  np.testing.assert_array_equal(got, want)
+
+
+# Fuzz seed 3000060 (data: "map_and_batch gives batches where map().batch() fails");
+# shrunk repro /tmp/fuzz_campaign/chunk_0/repro_9.py.
+@pytest.mark.xfail(strict=True, reason="map_and_batch of such a stack gives a zero-padded "
+                   "dense batch where map().batch() fails on elements of different shapes "
+                   "(the documented run-time check does not see the padded length)")
+def test_map_and_batch_of_dynamic_tensor_array_of_per_element_length_fails_like_batch():
+  fn = lambda i: _grown(i, tf.math.floormod(i, 3) + 1).stack()
+  ds = tf.data.Dataset.range(2).map(lambda k: tf.cast(k, tf.int32))
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    list(ds.map(fn).batch(2))
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    list(ds.apply(vectorize.data.map_and_batch(fn, 2, fallback_to_while_loop=False)))
