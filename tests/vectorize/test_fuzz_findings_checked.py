@@ -116,3 +116,52 @@ def test_map_and_batch_of_dynamic_tensor_array_of_per_element_length_fails_like_
     list(ds.map(fn).batch(2))
   with pytest.raises(tf.errors.InvalidArgumentError):
     list(ds.apply(vectorize.data.map_and_batch(fn, 2, fallback_to_while_loop=False)))
+
+
+def _assigning_loop(i, v):
+  """A while loop of a per-iteration trip count that assigns a per-iteration value (refused
+  with the fallback off, a whole-body loop with it on) and fills a TensorArray."""
+  def step(j, c, ta):
+    v.assign(c)
+    return j + 1, c + 1.0, ta.write(j, c)
+  _, _, ta = tf.while_loop(
+      lambda j, c, ta: j < tf.math.floormod(i, 3) + 1, step,
+      (0, tf.zeros([]), tf.TensorArray(tf.float32, size=0, dynamic_size=True,
+                                       element_shape=[])))
+  return ta
+
+
+# Fuzz seed 3000079 (xla: "with the fallback on: InvalidArgumentError: Tried to explicitly
+# squeeze dimension 0 but dimension was not 1: 4"); shrunk repro
+# /tmp/fuzz_campaign/chunk_0/repro_10.py.
+@pytest.mark.xfail(strict=True, reason="under XLA, the whole-body loop that the fallback runs "
+                   "for a body assigning a variable crashes on tf.squeeze(x[i:i + 1], 0) "
+                   "(InvalidArgumentError: squeeze dimension 0 ... was not 1: 4)")
+def test_fallback_whole_body_loop_under_xla_slices_per_iteration():
+  v = tf.Variable(0.0)
+  x = tf.reshape(tf.range(24, dtype=tf.float32), [4, 2, 3])
+
+  def body(i):
+    _assigning_loop(i, v)
+    return tf.squeeze(x[i:i + 1], 0)
+
+  got = tf.function(lambda: vectorize.pfor(body, 2), jit_compile=True, autograph=False)()
+  np.testing.assert_array_equal(got, x[:2])
+
+
+# Fuzz seed 3000079 (n0: "with the fallback on: Tried to stack elements of an empty list
+# with non-fully-defined element_shape"); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_11.py.
+@pytest.mark.xfail(strict=True, reason="the fallback's whole-body loop cannot return a value "
+                   "of per-iteration length (a TensorArray's stack): InvalidArgumentError "
+                   "'Incompatible shapes during merge: [1] vs. [2]' for n = 2, 'Tried to stack "
+                   "elements of an empty list with non-fully-defined element_shape' for n = 0")
+@pytest.mark.parametrize("n", [2, 0])
+def test_fallback_whole_body_loop_returns_per_iteration_length(n):
+  v = tf.Variable(0.0)
+  body = lambda i: _assigning_loop(i, v).stack()
+  got = tf.function(lambda: vectorize.pfor(body, n), autograph=False)()
+  if n:
+    want = tf.ragged.stack([body(tf.constant(i)) for i in range(n)])
+    _assert_equal_ragged(got, want)
+  else:
+    assert got.shape[0] == 0
