@@ -165,3 +165,59 @@ def test_fallback_whole_body_loop_returns_per_iteration_length(n):
     _assert_equal_ragged(got, want)
   else:
     assert got.shape[0] == 0
+
+
+# Fuzz seed 3000140 (xla: "ConversionError: Op cond/while/TensorArrayV2Write/
+# TensorListSetItem ... differs per iteration; it has no vectorized form and cannot run in a
+# sequential loop"); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_14.py. The loop compiles
+# under XLA and gives the eager loop's value.
+@pytest.mark.xfail(strict=True, reason="under XLA, a TensorArray grown to a per-iteration "
+                   "length in a tf.cond branch of a per-iteration predicate is refused with an "
+                   "unclear error (a TensorList 'cannot run in a sequential loop', naming "
+                   "neither XLA nor the per-iteration size) where the documented refusal or "
+                   "the loop's value is expected")
+def test_tensor_array_of_per_iteration_length_in_cond_under_xla():
+  def grown():
+    _, ta = tf.while_loop(
+        lambda j, ta: j < tf.math.floormod(i_[0] * 3 + 1, 4) + 1,
+        lambda j, ta: (j + 1, ta.write(j, tf.ones([3]))),
+        (0, tf.TensorArray(tf.float32, size=0, dynamic_size=True)))
+    return tf.zeros([1, 2]) + tf.reduce_mean(ta.gather(tf.range(0, ta.size(), 2)))
+
+  i_ = [None]
+
+  def body(i):
+    i_[0] = i
+    return tf.cond(tf.equal(tf.math.floormod(i, 2), 0), lambda: tf.zeros([1, 2]), grown)
+
+  want = tf.stack([body(tf.constant(i)) for i in range(2)])
+  try:
+    got = tf.function(lambda: vectorize.pfor(body, 2, fallback_to_while_loop=False),
+                      jit_compile=True, autograph=False)()
+  except vectorize.ConversionError as e:
+    assert "XLA" in str(e), str(e)
+  else:
+    np.testing.assert_allclose(got, want)
+
+
+# Fuzz seed 3000159 (tf1: "ValueError: Cannot reshape a tensor with 1 elements to shape
+# [3] ... pfor/Reshape_1 ... T=DT_BOOL"); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_15.py.
+# The same body passes eagerly, in tf.function and under XLA.
+@pytest.mark.xfail(strict=True, reason="in a TF1 graph (tf.Graph + Session), a tf.cond whose "
+                   "predicate reduces a slice of per-iteration length x[:k] fails to build: "
+                   "ValueError 'Cannot reshape a tensor with 1 elements to shape [2]' on a bool "
+                   "Reshape in pfor")
+def test_tf1_graph_cond_on_reduction_of_per_iteration_slice():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.constant(np.array([3, 0, 1, 4], np.int32))
+
+    def body(i):
+      k = tf.gather(x, tf.math.floormod(i * 3 + 1, 4))
+      m = tf.reduce_max(tf.zeros([2], tf.float32)[:k], 0)
+      return tf.cond(m > 0.0, lambda: k, lambda: k + 1)
+
+    loop = [body(tf.constant(i)) for i in range(2)]
+    out = vectorize.pfor(body, 2, fallback_to_while_loop=False)
+    with tf.compat.v1.Session() as sess:
+      np.testing.assert_array_equal(sess.run(out), sess.run(loop))
