@@ -221,3 +221,34 @@ def test_tf1_graph_cond_on_reduction_of_per_iteration_slice():
     out = vectorize.pfor(body, 2, fallback_to_while_loop=False)
     with tf.compat.v1.Session() as sess:
       np.testing.assert_array_equal(sess.run(out), sess.run(loop))
+
+
+# Fuzz seed 3000194 (eager, function, dynamic, grad: "variable state: int32 values
+# differ"), shrunk to a nested pfor (/tmp/fuzz_campaign/repro_3000194_eager.py); the nesting
+# is not needed. Seed 3000043 (grad) may share it.
+@pytest.mark.xfail(strict=True, reason="an assign of a per-iteration value in a while loop "
+                   "of a per-iteration trip count (no TensorArray) is neither refused nor run "
+                   "in order: pfor leaves the value of the iteration with the most trips (3) "
+                   "where the loop leaves the last iteration's (1): a silent wrong state")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_assign_in_while_loop_of_per_iteration_trip_count(compiled):
+  v = tf.Variable(-1)
+  k = tf.constant([2, 0, 3, 1])
+
+  def body(i):
+    def step(t, c):
+      v.assign(k[i])
+      return t + 1, c
+    _, c = tf.while_loop(lambda t, c: t < k[i], step, (0, i))
+    return c
+
+  for i in range(4):
+    body(tf.constant(i))
+  want = v.numpy()  # 1: the last iteration assigns k[3]
+  v.assign(-1)
+  run = lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  try:
+    (tf.function(run, autograph=False) if compiled else run)()
+  except vectorize.ConversionError:
+    return  # the documented refusal of an order-dependent assign is fine
+  assert v.numpy() == want, (v.numpy(), want)
