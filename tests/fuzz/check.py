@@ -4,7 +4,14 @@ Each mode is compared with the sequential loop: eager, function, xla and
 dynamic (run-time n) through `pfor_value`, n0 (n = 0, expected shapes from running
 iteration 0), and grad (the gradient of a fixed weighted sum of pfor's float outputs w.r.t.
 a captured float input, inside a tf.function, against the same through the eager loop).
-Fallback is off, so a silent fallback cannot pass. An output whose size differs per
+tf1 builds the module again in a tf.Graph and runs the loop and pfor (static n and n fed
+through a placeholder) in a tf.compat.v1.Session; data compares
+`vectorize.data.map_and_batch(body, b)` with `map(body).batch(b)` (element_spec, every batch,
+drop_remainder both ways). Every run starts from the variables' initial values, and the
+variables' values after it must be the loop's (not in tf1, where an update runs only where a
+fetched value needs it). Fallback is off, so a silent fallback cannot pass; the one refusal
+accepted is an order-dependent `assign` (a StatefulRefusal) in a program that draws one, and
+only where the run with the fallback on then gives the loop's values and state (`fallback`). An output whose size differs per
 iteration (or a RaggedTensor the body returns) is compared with `tf.ragged.stack` of the
 loop's: row lengths exactly, values as dense ones.
 
