@@ -252,3 +252,36 @@ def test_assign_in_while_loop_of_per_iteration_trip_count(compiled):
   except vectorize.ConversionError:
     return  # the documented refusal of an order-dependent assign is fine
   assert v.numpy() == want, (v.numpy(), want)
+
+
+# Fuzz seeds 3000283 (in a while loop), 3000296 (in a tf.cond), every mode: "ConversionError:
+# Op cond/TensorListGather (TensorListGather) takes or makes a TensorList or other variant
+# that differs per iteration; it has no vectorized form and cannot run in a sequential loop";
+# shrunk repro /tmp/fuzz_campaign/chunk_1/repro_4.py. At top level the same gather is a clear
+# 'no converter for ragged inputs'; with a constant predicate it passes.
+@pytest.mark.xfail(strict=True, reason="a gather of a per-iteration index range from a "
+                   "TensorArray of per-iteration size, in a tf.cond on a variable read, fails "
+                   "with an unclear "
+                   "error (a TensorList 'cannot run in a sequential loop', with the fallback "
+                   "off) instead of the loop's value or the clear ragged-input refusal")
+def test_gather_of_tensor_array_of_per_iteration_size_in_cond():
+  k = tf.constant([2, 0, 3, 1])
+  flag = tf.Variable(True)
+  w = tf.constant([[1.0, 2.0, 3.0]])
+
+  def branch(i):
+    size = k[-1 - i]
+    _, ta = tf.while_loop(
+        lambda j, ta: j < size, lambda j, ta: (j + 1, ta.write(j, w)),
+        (0, tf.TensorArray(tf.float32, size=size, element_shape=[1, 3])))
+    return tf.zeros([4, 1]) + tf.reduce_mean(ta.gather(tf.range(0, ta.size(), 2)))
+
+  body = lambda i: tf.cond(tf.convert_to_tensor(flag), lambda: branch(i),
+                           lambda: tf.zeros([4, 1]))
+  want = np.stack([body(tf.constant(i)) for i in range(1)])
+  try:
+    got = vectorize.pfor(body, 1, fallback_to_while_loop=False)
+  except vectorize.ConversionError as e:
+    assert "ragged" in str(e), str(e)
+  else:
+    np.testing.assert_allclose(got, want)
