@@ -4,7 +4,14 @@ Each mode is compared with the sequential loop: eager, function, xla and
 dynamic (run-time n) through `pfor_value`, n0 (n = 0, expected shapes from running
 iteration 0), and grad (the gradient of a fixed weighted sum of pfor's float outputs w.r.t.
 a captured float input, inside a tf.function, against the same through the eager loop).
-Fallback is off, so a silent fallback cannot pass. An output whose size differs per
+tf1 builds the module again in a tf.Graph and runs the loop and pfor (static n and n fed
+through a placeholder) in a tf.compat.v1.Session; data compares
+`vectorize.data.map_and_batch(body, b)` with `map(body).batch(b)` (element_spec, every batch,
+drop_remainder both ways). Every run starts from the variables' initial values, and the
+variables' values after it must be the loop's (not in tf1, where an update runs only where a
+fetched value needs it). Fallback is off, so a silent fallback cannot pass; the one refusal
+accepted is an order-dependent `assign` (a StatefulRefusal) in a program that draws one, and
+only where the run with the fallback on then gives the loop's values and state (`fallback`). An output whose size differs per
 iteration (or a RaggedTensor the body returns) is compared with `tf.ragged.stack` of the
 loop's: row lengths exactly, values as dense ones.
 
@@ -30,8 +37,8 @@ import vectorize
 from tests import testing
 from tests.fuzz import ir
 
-MODES = ("eager", "function", "xla", "dynamic", "n0", "grad")
-OK_CATEGORIES = ("ok", "unsupported", "invalid", "xla_unsupported", "skipped")
+MODES = ("eager", "function", "xla", "dynamic", "n0", "grad", "tf1", "data")
+OK_CATEGORIES = ("ok", "unsupported", "invalid", "xla_unsupported", "skipped", "fallback")
 
 
 @dataclasses.dataclass
@@ -76,7 +83,7 @@ def headline(exc):
 
 def classify_error(exc):
   text = str(exc)
-  if type(exc).__name__ == "ConversionError":
+  if "ConversionError" in [c.__name__ for c in type(exc).__mro__]:  # or a subclass
     m = re.search(r"no converter is registered for op type (\w+)", text)
     if m:
       return Outcome("unsupported", m.group(1))
@@ -84,6 +91,10 @@ def classify_error(exc):
     if m:
       return Outcome("unsupported", f"{m.group(1)} (ragged)")
     if "Fallback to a sequential loop is disabled" in text:
+      return Outcome("refused", headline(exc))
+    if "a stateful op cannot be vectorized" in text:
+      # StatefulRefusal (map_and_batch wraps it): a stateful op whose per-iteration effects
+      # depend on the iterations' order (an assign of a per-iteration value).
       return Outcome("refused", headline(exc))
   return Outcome("crash", headline(exc))
 
@@ -185,6 +196,19 @@ class Loaded:
     self.make_body = self.ns["make_body"]
     self.args = list(self.ns["ARGS"])
     self.body = self.make_body(*self.args)
+    # Every variable the body reads or writes; each run starts from the initial values,
+    # and what a run leaves in them is compared with what the loop leaves.
+    self.variables = [self.ns[inp.name] for inp in ir.used_inputs(program) if inp.variable]
+    self.initial = [v.numpy() for v in self.variables]
+    self.filename = filename
+    self.stateful = any(inp.stateful for inp in ir.used_inputs(program))
+
+  def reset(self):
+    for v, x in zip(self.variables, self.initial):
+      v.assign(x)
+
+  def state(self):
+    return [v.numpy() for v in self.variables]
 
 
 def _loss(outs):
@@ -211,6 +235,7 @@ def grad_target(program, loaded):
 
 
 def reference_gradient(loaded, n, k, numpy=True):
+  loaded.reset()
   args = list(loaded.args)
   with tf.GradientTape() as tape:
     tape.watch(args[k])
@@ -221,25 +246,38 @@ def reference_gradient(loaded, n, k, numpy=True):
   return grad.numpy() if numpy else grad
 
 
-def pfor_gradient(loaded, n, k):
+def pfor_gradient(loaded, n, k, fallback=False):
   @tf.function(autograph=False)
   def grad(*args):
     with tf.GradientTape() as tape:
       tape.watch(args[k])
-      out = vectorize.pfor(loaded.make_body(*args), n, fallback_to_while_loop=False)
+      out = vectorize.pfor(loaded.make_body(*args), n, fallback_to_while_loop=fallback)
       loss = _loss(out)
     return tf.convert_to_tensor(tape.gradient(loss, args[k], unconnected_gradients="zero"))
+  loaded.reset()
   return tf.convert_to_tensor(grad(*loaded.args)).numpy()
 
 
+def compare_run(got, want):
+  """`compare` for (outputs, variable state) pairs: the state after pfor must be the
+  state after the loop (both started from the initial values)."""
+  outcome = compare(got[0], want[0])
+  if outcome is None:
+    outcome = compare(got[1], want[1])
+    if outcome is not None:
+      outcome = Outcome(outcome.category, f"variable state: {outcome.message}")
+  return outcome
+
+
 def _compiled_loop(loaded, n, jit_compile):
-  """The loop unrolled in a tf.function, compiled by XLA or not (numpy), or None if it
-  fails."""
+  """The loop unrolled in a tf.function, compiled by XLA or not: (outputs as numpy, state
+  after), or None if it fails."""
   try:
+    loaded.reset()
     out = tf.function(lambda: tf.nest.map_structure(
         lambda *xs: stack(xs), *[loaded.body(tf.constant(i)) for i in range(n)]),
                       jit_compile=jit_compile, autograph=False)()
-    return tf.nest.map_structure(_numpy, out)
+    return tf.nest.map_structure(_numpy, out), loaded.state()
   except Exception:  # pylint: disable=broad-except
     return None
 
@@ -253,10 +291,11 @@ def _xla_loop_of_run_time_indices(loaded, n):
   is constant-folded by TF's own kernel before XLA sees it (a stateless parameterized
   truncated normal: XLA's kernel draws other values than TF's; seeds 1260034, 1270007)."""
   try:
+    loaded.reset()
     out = tf.function(lambda indices: tf.nest.map_structure(
         lambda *xs: stack(xs), *[loaded.body(indices[i]) for i in range(n)]),
                       jit_compile=True, autograph=False)(tf.range(n))
-    return tf.nest.map_structure(_numpy, out)
+    return tf.nest.map_structure(_numpy, out), loaded.state()
   except Exception:  # pylint: disable=broad-except
     return None
 
@@ -282,8 +321,10 @@ def _xla_refusal(loaded, n, error, expected):
   fit its compile-time size, which vectorize refuses to imitate.
   """
   if any(documented in str(error) for documented in (
-      "XLA needs static shapes", "output's size depends on the data")):
-    # Documented refusals: a value of per-iteration size has no static shape to pad to; and
+      "XLA needs static shapes", "output's size depends on the data",
+      "whose size differs per iteration has no static capacity under XLA")):
+    # Documented refusals: a value of per-iteration size has no static shape to pad to (a
+    # TensorArray of size f(i) has no static capacity either, seed 3000012); and
     # XLA computes tf.unique wrongly by itself for some inputs (an empty result, walker.py).
     return Outcome("xla_unsupported", headline(error))
   kernel = re.search(r"No registered '(\w+)' OpKernel for XLA", str(error))
@@ -294,16 +335,18 @@ def _xla_refusal(loaded, n, error, expected):
   xla_want = _xla_loop(loaded, n)
   if xla_want is None:
     return Outcome("xla_unsupported", headline(error))
-  if type(error).__name__ == "ConversionError" and compare(xla_want, expected) is not None:
+  if type(error).__name__ == "ConversionError" and compare_run(xla_want, expected) is not None:
     return Outcome("xla_unsupported",
                    f"{headline(error)}; the loop under XLA differs from the eager loop")
   return None
 
 
-def loop_value(body, n):
-  """The loop's outputs stacked (as numpy, or RaggedTensors), for n > 0."""
-  outs = [body(tf.constant(i)) for i in range(n)]
-  return tf.nest.map_structure(lambda *xs: _numpy(stack(xs)), *outs)
+def loop_value(loaded, n):
+  """The eager loop's outputs stacked (as numpy, or RaggedTensors), for n > 0, and the
+  variables' values after it."""
+  loaded.reset()
+  outs = [loaded.body(tf.constant(i)) for i in range(n)]
+  return tf.nest.map_structure(lambda *xs: _numpy(stack(xs)), *outs), loaded.state()
 
 
 def _empty_stack(x):
@@ -313,10 +356,11 @@ def _empty_stack(x):
   return np.zeros([0] + shape.as_list(), x.dtype.as_numpy_dtype)
 
 
-def pfor_value(body, n, mode):
+def pfor_value(loaded, n, mode, fallback=False):
   """pfor's outputs (numpy, or RaggedTensors) eagerly, in a tf.function, under XLA or with
-  n known only at run time."""
-  pfor = lambda m: vectorize.pfor(body, m, fallback_to_while_loop=False)
+  n known only at run time, and the variables' values after it."""
+  pfor = lambda m: vectorize.pfor(loaded.body, m, fallback_to_while_loop=fallback)
+  loaded.reset()
   if mode == "eager":
     out = pfor(n)
   elif mode == "dynamic":
@@ -325,7 +369,7 @@ def pfor_value(body, n, mode):
   else:
     out = tf.function(lambda: pfor(n), jit_compile=True if mode == "xla" else None,
                       autograph=False)()
-  return tf.nest.map_structure(_numpy, out)
+  return tf.nest.map_structure(_numpy, out), loaded.state()
 
 
 def _body_op_types(loaded):
@@ -334,8 +378,163 @@ def _body_op_types(loaded):
   return set(testing.all_op_types(graph))
 
 
+# -- TF1 mode: a tf.Graph and a Session, no tf.function -----------------------------------
+
+def _session_value(x):
+  """A value fetched by Session.run as check's comparable form (RaggedTensorValue:
+  a RaggedTensor)."""
+  if isinstance(x, tf.compat.v1.ragged.RaggedTensorValue):
+    return tf.RaggedTensor.from_nested_row_splits(
+        x.flat_values, [np.asarray(s) for s in x.nested_row_splits])
+  return np.asarray(x)
+
+
+def tf1_values(loaded, n, fallback=False):
+  """The program built again in a fresh tf.Graph (its module executed there: constants and
+  variables of the graph) and run in a tf.compat.v1.Session: the loop (each iteration's
+  outputs fetched), pfor with a static n and pfor with n fed through a placeholder.
+  Returns (loop, pfor_static, pfor_fed) or raises; the loop's failure raises _LoopFailed.
+  Variable state is not compared here: in a TF1 graph an update runs only where a fetched
+  value depends on it, in the loop as in pfor."""
+  graph = tf.Graph()
+  with graph.as_default():
+    ns = {}
+    exec(compile(loaded.source, loaded.filename, "exec"), ns)  # pylint: disable=exec-used
+    body = ns["make_body"](*ns["ARGS"])
+    variables = [v for v in ns.values() if isinstance(v, tf.Variable)]
+    init = [v.initializer for v in variables]
+    try:
+      per_iteration = [body(tf.constant(i)) for i in range(n)]
+    except Exception as e:  # pylint: disable=broad-except
+      raise _LoopFailed(e) from e
+    n_fed = tf.compat.v1.placeholder(tf.int32, [])
+    pfor_error = None
+    try:
+      static = vectorize.pfor(body, n, fallback_to_while_loop=fallback)
+      fed = vectorize.pfor(body, n_fed, fallback_to_while_loop=fallback)
+    except Exception as e:  # pylint: disable=broad-except
+      pfor_error = e
+    with tf.compat.v1.Session(graph=graph) as sess:
+      try:
+        sess.run(init)
+        loop = [sess.run(o) for o in per_iteration]
+      except Exception as e:  # pylint: disable=broad-except
+        raise _LoopFailed(e) from e
+      if pfor_error is not None:
+        raise pfor_error
+      sess.run(init)
+      got_static = sess.run(static)
+      sess.run(init)
+      got_fed = sess.run(fed, {n_fed: n})
+  # Out of the graph: RaggedTensors of the fetched values are eager ones.
+  loop, got_static, got_fed = tf.nest.map_structure(_session_value,
+                                                    (loop, got_static, got_fed))
+  loop = tf.nest.map_structure(
+      lambda *xs: _numpy(stack([x if _ragged(x) else tf.constant(x) for x in xs])), *loop)
+  return loop, got_static, got_fed
+
+
+class _LoopFailed(Exception):
+  pass
+
+
+# -- data mode: vectorize.data.map_and_batch against map().batch() ------------------------
+
+def _dataset_run(loaded, n, batch, drop, ours, fallback=False):
+  """(element_spec, [batches as numpy], state) of the dataset of indices 0..n-1 mapped by
+  the body and batched, or (None, error, state)."""
+  loaded.reset()
+  ds = tf.data.Dataset.range(n).map(lambda k: tf.cast(k, tf.int32))
+  try:
+    if ours:
+      ds = ds.apply(vectorize.data.map_and_batch(loaded.body, batch, drop_remainder=drop,
+                                                 fallback_to_while_loop=fallback))
+    else:
+      ds = ds.map(loaded.body).batch(batch, drop_remainder=drop)
+    batches = [tf.nest.map_structure(_numpy, b) for b in ds]
+  except Exception as e:  # pylint: disable=broad-except
+    return None, e, loaded.state()
+  return ds.element_spec, batches, loaded.state()
+
+
+def _spec_outcome(got, want):
+  """None where two element_specs agree: structure, type (dense / ragged), dtype, rank and
+  ragged rank exactly; static dims compatible."""
+  try:
+    tf.nest.assert_same_structure(got, want)
+  except (ValueError, TypeError) as e:
+    return Outcome("wrong_shape", f"element_spec structure: {str(e).splitlines()[0]}")
+  for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    if type(g) is not type(w):
+      return Outcome("wrong_shape", f"element_spec {type(g).__name__} where map().batch() "
+                     f"gives {type(w).__name__}")
+    if g.dtype != w.dtype:
+      return Outcome("wrong_dtype", f"element_spec dtype {g.dtype.name} != {w.dtype.name}")
+    if g.shape.rank != w.shape.rank or not g.shape.is_compatible_with(w.shape):
+      return Outcome("wrong_shape", f"element_spec shape {g.shape} != {w.shape}")
+    if isinstance(g, tf.RaggedTensorSpec) and (
+        g.ragged_rank != w.ragged_rank or g.row_splits_dtype != w.row_splits_dtype):
+      return Outcome("wrong_shape", f"element_spec ragged rank {g.ragged_rank} "
+                     f"({g.row_splits_dtype.name}) != {w.ragged_rank} "
+                     f"({w.row_splits_dtype.name})")
+  return None
+
+
+def data_params(program):
+  """The batch size of the data mode, from the seed."""
+  return random.Random(program.seed * 7 + 1).choice([1, 2, 3])
+
+
+def data_outcome(program, loaded, fallback=False):
+  """map_and_batch(body, b) against map(body).batch(b), drop_remainder both ways: element
+  specs, every batch's values, the variables' values after."""
+  batch = data_params(program)
+  for drop in (False, True):
+    spec_w, want, state_w = _dataset_run(loaded, program.n, batch, drop, ours=False)
+    spec_g, got, state_g = _dataset_run(loaded, program.n, batch, drop, ours=True,
+                                        fallback=fallback)
+    if spec_w is None:
+      if spec_g is None:
+        return Outcome("invalid", f"{headline(want)}; map().batch() fails too")
+      return Outcome("wrong_shape", f"map_and_batch gives batches where map().batch() "
+                     f"fails: {headline(want)}")
+    if spec_g is None:
+      return classify_error(got)
+    outcome = _spec_outcome(spec_g, spec_w)
+    if outcome is None and len(got) != len(want):
+      outcome = Outcome("wrong_shape", f"{len(got)} batches, expected {len(want)}")
+    for g, w in zip(got, want):
+      outcome = outcome or compare(g, w)
+    outcome = outcome or compare_run((None, state_g), (None, state_w))
+    if outcome:
+      return Outcome(outcome.category, f"drop_remainder={drop}: {outcome.message}")
+  return None
+
+
 def run_mode(program, loaded, mode, expected):
-  """One mode's Outcome; `expected` is the loop's value (n > 0) computed once."""
+  """One mode's Outcome; `expected` is the loop's (value, state) (n > 0) computed once."""
+  outcome = _run_mode(program, loaded, mode, expected)
+  if outcome.category == "refused" and "state_assign" in program.kinds():
+    # An `assign` of a per-iteration value is order-dependent: vectorize documents a refusal
+    # with the fallback off. Accepted only if the fallback then gives the loop's answer
+    # (values and variables); a wrong value with the fallback on is a failure.
+    again = _run_mode(program, loaded, mode, expected, fallback=True)
+    if again.category == "ok":
+      return Outcome("fallback", outcome.message)
+    if again.failed:
+      return Outcome(again.category, f"with the fallback on: {again.message}")
+    return again
+  return outcome
+
+
+def _reset_then(loaded, fn):
+  loaded.reset()
+  out = fn()
+  loaded.reset()
+  return out
+
+
+def _run_mode(program, loaded, mode, expected, fallback=False):
   n = program.n
   try:
     if mode == "grad":
@@ -343,19 +542,29 @@ def run_mode(program, loaded, mode, expected):
       if k is None:
         return Outcome("skipped")
       try:
-        want = reference_gradient(loaded, n, k)
+        want = reference_gradient(loaded, n, k), loaded.state()
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
-      got = pfor_gradient(loaded, n, k)
+      got = pfor_gradient(loaded, n, k, fallback), loaded.state()
     elif mode == "n0":
       try:
-        want = tf.nest.map_structure(_empty_stack, loaded.body(tf.constant(0)))
+        want = (tf.nest.map_structure(_empty_stack, _reset_then(
+            loaded, lambda: loaded.body(tf.constant(0)))), loaded.initial)
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
-      got = pfor_value(loaded.body, 0, "function")
+      got = pfor_value(loaded, 0, "function", fallback)
+    elif mode == "data":
+      return data_outcome(program, loaded, fallback) or Outcome("ok")
+    elif mode == "tf1":
+      try:
+        loop, static, fed = tf1_values(loaded, n, fallback)
+      except _LoopFailed as e:
+        return Outcome("invalid", f"{headline(e.__cause__)}; the loop fails in a TF1 graph")
+      outcome = compare(static, loop) or compare(fed, loop)
+      return outcome or Outcome("ok")
     else:
       want = expected
-      got = pfor_value(loaded.body, n, mode)
+      got = pfor_value(loaded, n, mode, fallback)
   except Exception as e:  # pylint: disable=broad-except
     outcome = classify_error(e)
     if mode == "xla" and outcome.category in ("crash", "refused"):
@@ -363,20 +572,20 @@ def run_mode(program, loaded, mode, expected):
     if (mode == "grad" and outcome.category == "crash" and
         _graph_gradient_fails(program, loaded, n)):
       return Outcome("invalid", f"{headline(e)}; the loop's gradient fails in a graph too")
-    if (mode != "grad" and outcome.category == "crash" and
+    if (mode not in ("grad", "tf1") and outcome.category == "crash" and
         _compiled_loop(loaded, n, jit_compile=False) is None):
       # pfor traces the body in a graph: a body that runs eagerly only is not vectorize's
       # failure (a tape's gradient is an IndexedSlices in a graph, a tensor eagerly).
       return Outcome("invalid", f"{headline(e)}; the loop fails in a graph too")
     return outcome
-  outcome = compare(got, want)
+  outcome = compare_run(got, want)
   if outcome and mode == "grad" and outcome.category in ("wrong_value", "nan_mismatch"):
     # Graph-mode TensorArray gradients differ from eager ones (a gather with repeated
     # indices keeps one cotangent): pfor runs in a graph, so the graph loop decides.
     try:
       graph_want = tf.function(lambda: tf.convert_to_tensor(reference_gradient(
           loaded, n, grad_target(program, loaded), numpy=False)), autograph=False)()
-      if compare(got, graph_want.numpy()) is None:
+      if compare_run(got, (graph_want.numpy(), loaded.state())) is None:
         outcome = None
     except Exception:  # pylint: disable=broad-except
       pass
@@ -389,7 +598,7 @@ def run_mode(program, loaded, mode, expected):
     # scalar `a` and a captured constant `c` gives a float32 [] in any tf.function; seed
     # 1280060).
     graph_want = _compiled_loop(loaded, n, jit_compile=False)
-    if graph_want is not None and compare(got, graph_want) is None:
+    if graph_want is not None and compare_run(got, graph_want) is None:
       outcome = None
   if outcome and mode == "xla" and outcome.category in ("wrong_value", "nan_mismatch"):
     # XLA's kernels may differ from TF's (stateless truncated normal does): compare with
@@ -399,11 +608,11 @@ def run_mode(program, loaded, mode, expected):
       # The loop does not compile (an op with no XLA kernel, pruned from pfor's graph as
       # dead code): no XLA reference to decide by.
       outcome = Outcome("xla_unsupported", f"{outcome.message}; the loop has no XLA form")
-    elif compare(got, xla_want) is None:
+    elif compare_run(got, xla_want) is None:
       outcome = None
     else:
       unfolded = _xla_loop_of_run_time_indices(loaded, n)
-      if unfolded is not None and compare(got, unfolded) is None:
+      if unfolded is not None and compare_run(got, unfolded) is None:
         outcome = None
   return outcome or Outcome("ok")
 
@@ -426,7 +635,7 @@ def iter_check(program, modes=MODES):
   """Yields (mode, Outcome) for each mode as it finishes."""
   try:
     loaded = Loaded(program)
-    expected = loop_value(loaded.body, program.n)
+    expected = loop_value(loaded, program.n)
   except Exception as e:  # pylint: disable=broad-except
     for m in modes:
       yield m, Outcome("invalid", headline(e))
@@ -497,6 +706,75 @@ def repro(program, mode):
         "np.testing.assert_allclose(grad(*ARGS), expected, rtol=2e-4, atol=2e-4)",
     ]
     return src + "\n".join(common[:7] + tail) + "\n"
+  compare_lines = [
+      "def check(out, expected):",
+      "  for o, e in zip(tf.nest.flatten(out), tf.nest.flatten(expected)):",
+      "    if isinstance(o, tf.RaggedTensor) or isinstance(e, tf.RaggedTensor):",
+      "      e = e if isinstance(e, tf.RaggedTensor) else tf.RaggedTensor.from_tensor(e)",
+      "      np.testing.assert_array_equal(o.row_lengths(), e.row_lengths())",
+      "      o, e = o.flat_values, e.flat_values",
+      "    o, e = np.asarray(o), np.asarray(e)",
+      "    assert o.shape == e.shape and o.dtype == e.dtype, (o.shape, e.shape, o.dtype)",
+      "    if o.dtype.kind in 'fc':",
+      "      np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)",
+      "    else:",
+      "      np.testing.assert_array_equal(o, e)",
+      "",
+      "",
+  ]
+  if mode == "tf1":
+    tail = [
+        "",
+        f"SOURCE = {src!r}",
+        "",
+        "graph = tf.Graph()",
+        "with graph.as_default():",
+        "  ns = {}",
+        "  exec(SOURCE, ns)  # the module again, its constants and variables in the graph",
+        "  body = ns['make_body'](*ns['ARGS'])",
+        "  loop = [body(tf.constant(i)) for i in range(N)]",
+        "  out = vectorize.pfor(body, N, fallback_to_while_loop=False)",
+        "  init = [v.initializer for v in ns.values() if isinstance(v, tf.Variable)]",
+        "  with tf.compat.v1.Session() as sess:",
+        "    sess.run(init)",
+        "    loop = [sess.run(o) for o in loop]",
+        "    sess.run(init)",
+        "    out = sess.run(out)",
+        "expected = tf.nest.map_structure(lambda *xs: stack([tf.constant(x) for x in xs]), *loop)",
+        "check(out, expected)",
+    ]
+    return src + "\n".join(common[:7] + compare_lines + tail) + "\n"
+  variables = [inp.name for inp in ir.used_inputs(program) if inp.variable]
+  state = [
+      f"VARS = [{', '.join(variables)}]",
+      "INIT = [v.numpy() for v in VARS]",
+      "",
+      "",
+      "def reset():",
+      "  for v, x in zip(VARS, INIT):",
+      "    v.assign(x)",
+      "",
+      "",
+  ] if variables else []
+  if mode == "data":
+    tail = state + [
+        f"B = {data_params(program)}",
+        "body = make_body(*ARGS)",
+        "for drop in (False, True):",
+        "  ds = tf.data.Dataset.range(N).map(lambda k: tf.cast(k, tf.int32))",
+        "  want = ds.map(body).batch(B, drop_remainder=drop)",
+        "  got = ds.apply(vectorize.data.map_and_batch(body, B, drop_remainder=drop,",
+        "                                              fallback_to_while_loop=False))",
+        "  assert got.element_spec == want.element_spec, (got.element_spec, want.element_spec)",
+    ] + (["  reset()"] if variables else []) + [
+        "  want = list(want)",
+    ] + (["  want_state = [v.numpy() for v in VARS]", "  reset()"] if variables else []) + [
+        "  got = list(got)",
+        "  assert len(got) == len(want)",
+        "  for g, w in zip(got, want):",
+        "    check(g, w)",
+    ] + (["  check([v.numpy() for v in VARS], want_state)"] if variables else [])
+    return src + "\n".join(common[:7] + compare_lines + tail) + "\n"
   call = "vectorize.pfor(body, N, fallback_to_while_loop=False)"
   run = {
       "eager": f"out = {call}",
@@ -509,15 +787,10 @@ def repro(program, mode):
              "False), autograph=False)()\nexpected = tf.nest.map_structure("
              "lambda x: np.zeros((0,) + np.shape(x[0]), np.asarray(x).dtype), expected)"),
   }[mode]
-  check_lines = [
-      run,
-      "for o, e in zip(tf.nest.flatten(out), tf.nest.flatten(expected)):",
-      "  if isinstance(o, tf.RaggedTensor) or isinstance(e, tf.RaggedTensor):",
-      "    e = e if isinstance(e, tf.RaggedTensor) else tf.RaggedTensor.from_tensor(e)",
-      "    np.testing.assert_array_equal(o.row_lengths(), e.row_lengths())",
-      "    o, e = o.flat_values, e.flat_values",
-      "  o, e = np.asarray(o), np.asarray(e)",
-      "  assert o.shape == e.shape and o.dtype == e.dtype, (o.shape, e.shape, o.dtype)",
-      "  np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)",
-  ]
-  return src + "\n".join(common + check_lines) + "\n"
+  before = (["expected_state = INIT if N == 0 else [v.numpy() for v in VARS]", "reset()"]
+            if variables else [])
+  if variables and mode == "n0":
+    before[0] = "expected_state = INIT"
+  after = (["check([v.numpy() for v in VARS], expected_state)"] if variables else [])
+  return src + "\n".join(common[:7] + compare_lines + state + common[8:] + before +
+                         [run, "check(out, expected)"] + after) + "\n"

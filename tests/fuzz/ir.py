@@ -35,6 +35,7 @@ class Input:
   variable: bool = False
   low: Optional[int] = None  # integer data range [low, high), for trip counts and indices
   high: Optional[int] = None
+  stateful: bool = False  # a variable the body writes (assign_add...): never read in the body
 
 
 @dataclasses.dataclass
@@ -70,6 +71,7 @@ class Program:
   stmts: List[Stmt]
   outputs: List[str]
   grad_input: Optional[str] = None  # pinned by the shrinker; else chosen from the seed
+  out_form: str = "tuple"  # "tuple": body returns (a, b,); "dict": {"o0": a, "o1": b}
 
   def kinds(self):
     """The statement kinds used, nested ones included (for statistics)."""
@@ -155,7 +157,11 @@ def render(program):
   args = [inp.name for inp in inputs if not inp.variable]
   out += ["", "", f"def make_body({', '.join(args)}):", "  def body(i):"]
   out += render_stmts(program.stmts, "    ")
-  outs = ", ".join(program.outputs)
-  out.append(f"    return ({outs},)")
+  if program.out_form == "dict":
+    outs = ", ".join(f'"o{k}": {o}' for k, o in enumerate(program.outputs))
+    out.append(f"    return {{{outs}}}")
+  else:
+    outs = ", ".join(program.outputs)
+    out.append(f"    return ({outs},)")
   out += ["  return body", "", "", f"ARGS = ({', '.join(args)}{',' if args else ''})", ""]
   return "\n".join(out)

@@ -19,15 +19,18 @@ import numpy as np
 
 from tests.fuzz.ir import Block, Input, Program, Stmt, Var
 from tests.fuzz.late_pool import LatePool
+from tests.fuzz.pattern_pool import PatternPool
 from tests.fuzz.ragged_pool import RAGGED, RaggedPool, fixed
 
 FLOAT, INT, BOOL = "float32", "int32", "bool"
 EXTENDED_FROM = 1_000_000   # seeds from here also draw the ops of `g_newer_ops`
 NEWEST_FROM = 1_100_000     # seeds from here also draw ragged_pool.py and late_pool.py
 NESTED_FROM = 1_200_000     # seeds from here also draw pfors nested in the body
+PATTERNS_FROM = 3_000_000   # seeds from here also draw pattern_pool.py (state, ragged
+                            # TensorArrays, mixed dtypes) and return tuples/dicts of dtypes
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
-            "int64": "tf.int64", "float64": "tf.float64",
-            RAGGED: "tf.float32"}
+            "int64": "tf.int64", "float64": "tf.float64", "string": "tf.string",
+            "state": "tf.int32", RAGGED: "tf.float32"}
 
 
 def broadcast(s1, s2):
@@ -88,7 +91,7 @@ BINARY_INT = ["{0} + {1}", "{0} - {1}", "{0} * {1}", "tf.maximum({0}, {1})",
               "tf.math.floormod({0}, tf.abs({1}) + 1)", "tf.bitwise.bitwise_xor({0}, {1})"]
 
 
-class Generator(RaggedPool, LatePool):
+class Generator(RaggedPool, LatePool, PatternPool):
   """Builds one program; `scope` is the list of values visible at the current point."""
 
   def __init__(self, seed):
@@ -147,7 +150,7 @@ class Generator(RaggedPool, LatePool):
     """A loop-invariant captured tensor (or a read of a variable)."""
     if self.rng.random() < 0.12:
       same = [x for x in self.inputs if x.variable and not x.per_iteration and
-              x.shape == tuple(shape) and x.dtype == dtype]
+              not x.stateful and x.shape == tuple(shape) and x.dtype == dtype]
       # A variable read in several places (branches, loops) as well as a new one.
       inp = (self.rng.choice(same) if same and self.rng.random() < 0.5 else
              self.new_input(shape, dtype, False, True, low, high))
@@ -1130,6 +1133,8 @@ class Generator(RaggedPool, LatePool):
   EXTENDED_WEIGHTS = [("g_newer_ops", 4)]
   NEWEST_WEIGHTS = [("g_ragged", 12), ("g_late_ops", 12)]
   NESTED_WEIGHTS = [("g_nested_pfor", 4)]
+  PATTERN_WEIGHTS = [("g_state_while", 9), ("g_state_cond", 6), ("g_state_straight", 2),
+                     ("g_ta_ragged", 9), ("g_mixed", 6)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1145,7 +1150,8 @@ class Generator(RaggedPool, LatePool):
     names, weights = zip(*(self.WEIGHTS +
                            (self.EXTENDED_WEIGHTS if self.seed >= EXTENDED_FROM else []) +
                            (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else []) +
-                           (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else [])))
+                           (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else []) +
+                           (self.PATTERN_WEIGHTS if self.seed >= PATTERNS_FROM else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):
@@ -1165,7 +1171,12 @@ class Generator(RaggedPool, LatePool):
       v = self.rng.choice(top)
       if v.name not in outs:
         outs.append(v.name)
-    return Program(self.seed, n, self.inputs, self.stmts, outs)
+    form = "tuple"
+    if self.seed >= PATTERNS_FROM:
+      if self.rng.random() < 0.5:
+        outs = self.mixed_outputs(outs)
+      form = "dict" if self.rng.random() < 0.35 else "tuple"
+    return Program(self.seed, n, self.inputs, self.stmts, outs, out_form=form)
 
 
 def generate(seed):

@@ -13,6 +13,7 @@ program of each failure kind is shrunk to a standalone repro. Results go to --ou
 
 import argparse
 import collections
+import glob
 import json
 import multiprocessing
 import os
@@ -116,6 +117,9 @@ def main(argv=None):
   parser.add_argument("--timeout", type=float, default=180, help="seconds per mode")
   parser.add_argument("--shrink_minutes", type=float, default=5,
                       help="time per failure kind to shrink (0: no shrinking)")
+  parser.add_argument("--skip_shrunk_in", default="",
+                      help="glob of earlier runs' summary.json: kinds shrunk there are not "
+                      "shrunk again (a campaign run in chunks)")
   args = parser.parse_args(argv)
   modes = [m for m in args.modes.split(",") if m]
   bad = set(modes) - set(check.MODES)
@@ -132,6 +136,10 @@ def main(argv=None):
   unsupported = collections.Counter()
   invalid = collections.Counter()
   shrunk = {}
+  done_elsewhere = set()
+  for path in glob.glob(args.skip_shrunk_in) if args.skip_shrunk_in else []:
+    with open(path) as f:
+      done_elsewhere.update(json.load(f).get("repros", {}))
   seed = args.start
   t0 = time.time()
   try:
@@ -166,7 +174,7 @@ def main(argv=None):
                                          for m, o in result.outcomes.items()}}) + "\n")
       log.flush()
       for mode, o in fails.items():
-        if o.kind in shrunk or args.shrink_minutes <= 0:
+        if o.kind in shrunk or o.kind in done_elsewhere or args.shrink_minutes <= 0:
           continue
         print(f"seed {seed} [{mode}] {o.kind}: shrinking", flush=True)
         pinned = _pin_grad_input(program)

@@ -29,10 +29,14 @@ def _params():
     yield pytest.param(seed, marks=marks, id=str(seed))
 
 
+# The modes the CI seeds were fixed with; the campaign also runs "tf1" and "data".
+CI_MODES = ("eager", "function", "xla", "dynamic", "n0", "grad")
+
+
 @pytest.mark.parametrize("seed", list(_params()))
 def test_seed(seed):
   program = programs.generate(seed)
-  result = check.check(program)
+  result = check.check(program, CI_MODES)
   failures = result.failures()
   if failures:
     lines = [f"{mode}: {o.category}: {o.message}" for mode, o in failures.items()]
@@ -124,3 +128,33 @@ def test_newest_seeds_draw_ragged_values_and_late_ops():
   assert any(k.startswith("late_") for k in kinds)
   old = [k for s in range(30) for k in programs.generate(s).kinds()]
   assert not any(k.startswith(("ragged_", "late_")) for k in old)
+
+
+def test_pattern_seeds_draw_state_ragged_tensor_arrays_and_mixed_dtypes():
+  start = programs.PATTERNS_FROM
+  got = [programs.generate(s) for s in range(start, start + 40)]
+  kinds = {k for p in got for k in p.kinds()}
+  assert {"state_while", "state_while_ta", "state_cond", "ta_ragged_dynamic",
+          "ta_ragged_sized", "int64", "string"} <= kinds, kinds
+  assert any(p.out_form == "dict" for p in got)
+  assert any(inp.stateful for p in got for inp in p.inputs)
+  old = [programs.generate(s) for s in range(programs.NESTED_FROM, programs.NESTED_FROM + 30)]
+  assert not any(k.startswith(("state_", "ta_ragged")) for p in old for k in p.kinds())
+  assert all(p.out_form == "tuple" for p in old)
+
+
+def test_variable_state_after_the_run_is_compared():
+  same = ([np.ones([2], np.float32)], [np.float32(3.0)])
+  assert check.compare_run(same, same) is None
+  other_state = (same[0], [np.float32(6.0)])
+  outcome = check.compare_run(other_state, same)
+  assert outcome.category == "wrong_value" and outcome.message.startswith("variable state")
+
+
+def test_stateful_refusal_is_a_refusal_not_a_crash():
+  from vectorize.whole_body_loop import StatefulRefusal  # pylint: disable=g-import-not-at-top
+  e = StatefulRefusal("Cannot vectorize AssignSubVariableOp 'x': a stateful op cannot be "
+                      "vectorized when it adds to a variable assigned earlier in the body")
+  assert check.classify_error(e).category == "refused"
+  assert check.classify_error(ValueError("a stateful op cannot be vectorized")).category == (
+      "crash")
