@@ -30,7 +30,9 @@ Limits: the order is checked within one function body; reads and writes of one v
 two different functions called by the body are not ordered against each other. Inside a
 conditional or loop converted with masks (under XLA; a loop carrying a TensorArray), where
 dead lanes run too, additions, assertions and prints take the live lanes only
-(`ctx.live_lanes`); an `Assign` there is a `ConversionError`.
+(`ctx.live_lanes`). An `Assign` inside any conditional or loop that only some iterations
+run is a `ConversionError` (with the fallback on, the whole body runs as a loop): the value
+the loop leaves is the last iteration's last write.
 
 `Assert` checks the condition of every iteration at once. `tf.print` prints once per call
 with the stacked values, as TensorFlow's pfor does: a `StringFormat` whose string only
@@ -155,10 +157,16 @@ def _refuse(op, reason):
       "per-iteration values from the body), or run the loop sequentially.")
 
 
-def _refuse_masked_lanes(op):
+def _refuse_assign_in_a_region(op):
+  """An Assign inside a branch or loop that only some iterations run: the loop leaves the
+  value of the last iteration's last write, which the region's steps (each over its live
+  iterations) do not know; under masks, dead lanes would write too."""
   if op.ctx.live_lanes is not None:
     _refuse(op, "it assigns inside a conditional or loop converted with masks (under XLA, "
             "or a loop carrying a TensorArray), where lanes that do not run it compute too")
+  if op.ctx.partitioned:
+    _refuse(op, "it assigns inside a conditional or loop that only some iterations run, "
+            "where the write the loop leaves last (the last iteration's) is not known")
 
 
 def _live_only(op, value):
@@ -218,7 +226,7 @@ def _sequential_read(op, reason):
 def _check_write(op, value_stacked):
   """Refuses writes whose once-applied form differs from the sequential loop's effect."""
   if _KINDS[op.type] != _ADD:
-    _refuse_masked_lanes(op)
+    _refuse_assign_in_a_region(op)
   kinds, position = _ordered_accesses(op)
   for o, kind in kinds:
     if kind in (_CALL_READ, _OTHER):

@@ -71,17 +71,15 @@ def _grown(i, trips, dynamic=True):
 
 
 def _assert_equal_ragged(got, want):
+  """Equal values; later axes may stay uniform (README: ragged rank 1 where only the first
+  axis varies, where tf.ragged.stack marks them ragged too)."""
   assert isinstance(got, tf.RaggedTensor), f"a dense {got.shape} where the loop is ragged"
   np.testing.assert_array_equal(got.row_lengths(), want.row_lengths())
-  np.testing.assert_array_equal(got.flat_values, want.flat_values)
+  assert got.to_list() == want.to_list()
 
 
 # Fuzz seeds 3000043, 3000060 (eager, function, dynamic, tf1: "a dense value where the
 # loop's sizes differ per iteration"); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_7.py.
-@pytest.mark.xfail(strict=True, reason="stack() / concat() of a TensorArray written for "
-                   "j < i + 1 (dynamic_size=True, or size=i + 1) comes back dense, "
-                   "zero-padded to the longest iteration ((3, 3, 2), (3, 6)), where the loop's "
-                   "values differ in length: a silent wrong answer")
 @pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("read", ["stack", "concat"])
 @pytest.mark.parametrize("compiled", [False, True])
@@ -94,9 +92,6 @@ def test_tensor_array_of_per_iteration_length_reads_back_ragged(compiled, read, 
 
 # Fuzz seed 3000043 (grad: "variable state: int32 values differ": a trip count computed
 # from tf.size of such a stack); shrunk repro /tmp/fuzz_campaign/chunk_0/repro_8.py.
-@pytest.mark.xfail(strict=True, reason="tf.size(ta.stack()) of a dynamic-size TensorArray "
-                   "of per-iteration length is the padded size in every iteration ([4, 4, 4] "
-                   "where the loop gives [2, 2, 4]), and what depends on it goes wrong too")
 def test_size_of_stack_of_dynamic_tensor_array_of_per_iteration_length():
   body = lambda i: tf.size(_grown(i, tf.maximum(i, 1)).stack())
   want = [int(body(tf.constant(i))) for i in range(3)]
@@ -106,9 +101,6 @@ def test_size_of_stack_of_dynamic_tensor_array_of_per_iteration_length():
 
 # Fuzz seed 3000060 (data: "map_and_batch gives batches where map().batch() fails");
 # shrunk repro /tmp/fuzz_campaign/chunk_0/repro_9.py.
-@pytest.mark.xfail(strict=True, reason="map_and_batch of such a stack gives a zero-padded "
-                   "dense batch where map().batch() fails on elements of different shapes "
-                   "(the documented run-time check does not see the padded length)")
 def test_map_and_batch_of_dynamic_tensor_array_of_per_element_length_fails_like_batch():
   fn = lambda i: _grown(i, tf.math.floormod(i, 3) + 1).stack()
   ds = tf.data.Dataset.range(2).map(lambda k: tf.cast(k, tf.int32))
@@ -226,10 +218,6 @@ def test_tf1_graph_cond_on_reduction_of_per_iteration_slice():
 # Fuzz seed 3000194 (eager, function, dynamic, grad: "variable state: int32 values
 # differ"), shrunk to a nested pfor (/tmp/fuzz_campaign/repro_3000194_eager.py); the nesting
 # is not needed. Seed 3000043 (grad) may share it.
-@pytest.mark.xfail(strict=True, reason="an assign of a per-iteration value in a while loop "
-                   "of a per-iteration trip count (no TensorArray) is neither refused nor run "
-                   "in order: pfor leaves the value of the iteration with the most trips (3) "
-                   "where the loop leaves the last iteration's (1): a silent wrong state")
 @pytest.mark.parametrize("compiled", [False, True])
 def test_assign_in_while_loop_of_per_iteration_trip_count(compiled):
   v = tf.Variable(-1)
@@ -259,11 +247,6 @@ def test_assign_in_while_loop_of_per_iteration_trip_count(compiled):
 # that differs per iteration; it has no vectorized form and cannot run in a sequential loop";
 # shrunk repro /tmp/fuzz_campaign/chunk_1/repro_4.py. At top level the same gather is a clear
 # 'no converter for ragged inputs'; with a constant predicate it passes.
-@pytest.mark.xfail(strict=True, reason="a gather of a per-iteration index range from a "
-                   "TensorArray of per-iteration size, in a tf.cond on a variable read, fails "
-                   "with an unclear "
-                   "error (a TensorList 'cannot run in a sequential loop', with the fallback "
-                   "off) instead of the loop's value or the clear ragged-input refusal")
 def test_gather_of_tensor_array_of_per_iteration_size_in_cond():
   k = tf.constant([2, 0, 3, 1])
   flag = tf.Variable(True)
