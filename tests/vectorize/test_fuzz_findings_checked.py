@@ -11,10 +11,6 @@ import vectorize
 
 # Fuzz seeds 3000003, 3000004, 3000008, 3000009 (data mode, drop_remainder=True: "variable
 # state: float values differ").
-@pytest.mark.xfail(strict=True, reason="map_and_batch(drop_remainder=True) batches before "
-                   "mapping, so fn never runs on the dropped remainder: a variable fn updates "
-                   "ends with another value than after map(fn).batch(b, drop_remainder=True), "
-                   "which maps every element and drops the last batch afterwards")
 def test_map_and_batch_drop_remainder_keeps_the_dropped_elements_side_effects():
   v = tf.Variable(0.0)
 
@@ -26,8 +22,11 @@ def test_map_and_batch_drop_remainder_keeps_the_dropped_elements_side_effects():
   want = [b.numpy() for b in ds.map(fn).batch(2, drop_remainder=True)]
   want_state = v.numpy()  # 1 + 2 + 3: the third element is mapped, then dropped
   v.assign(0.0)
-  got = [b.numpy() for b in ds.apply(vectorize.data.map_and_batch(
-      fn, 2, drop_remainder=True, fallback_to_while_loop=False))]
+  batched = ds.apply(vectorize.data.map_and_batch(fn, 2, drop_remainder=True,
+                                                  fallback_to_while_loop=False))
+  assert batched.element_spec == ds.map(fn).batch(2, drop_remainder=True).element_spec
+  v.assign(0.0)
+  got = [b.numpy() for b in batched]
   assert len(got) == len(want)
   for g, w in zip(got, want):
     np.testing.assert_array_equal(g, w)

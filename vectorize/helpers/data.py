@@ -37,6 +37,7 @@ from tensorflow.python.ops import gen_dataset_ops
 from tensorflow.python.util import nest
 
 from vectorize import api
+from vectorize import whole_body_loop
 from vectorize import dims
 from vectorize.errors import ConversionError
 
@@ -85,9 +86,14 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
 
   def apply(dataset):
     _check_dense(dataset.element_spec)
-    batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
     vectorized, carried = _int32_as_uint32(_vectorized(fn, fallback_to_while_loop))
-    return _restore_int32(_MapBatches(batched, vectorized, num_parallel_calls), carried)
+    batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    mapped = _MapBatches(batched, vectorized, num_parallel_calls)
+    if drop_remainder and whole_body_loop.writes_variables(mapped.function.graph):
+      # map(fn) runs fn on the elements batch() drops after it: their effects count.
+      mapped = _full_batches(_MapBatches(dataset.batch(batch_size), vectorized,
+                                         num_parallel_calls), batch_size)
+    return _restore_int32(mapped, carried)
 
   return apply
 
@@ -120,6 +126,10 @@ class _MapBatches(dataset_ops.UnaryDataset):
     return [self._map_func]
 
   @property
+  def function(self):
+    return self._map_func.function
+
+  @property
   def element_spec(self):
     return self._map_func.output_structure
 
@@ -138,6 +148,30 @@ def _int32_as_uint32(fn):
         tf.bitcast(t, tf.uint32) if is_int32 else t for t, is_int32 in zip(flat, carried)])
 
   return without_int32, carried
+
+
+def _full_batches(dataset, size):
+  """The batches of `size` elements (the last, partial one left out), typed as
+  `batch(size, drop_remainder=True)` types them: a static leading size."""
+  spec = dataset.element_spec
+  is_tuple = isinstance(spec, tuple)
+
+  def leading(*parts):
+    first = tf.nest.flatten(parts, expand_composites=False)[0]
+    rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+    return tf.equal(tf.cast(rows, tf.int64), size)
+
+  def static(*parts):
+    element = parts if is_tuple else parts[0]
+
+    def sized(t):
+      if isinstance(t, tf.RaggedTensor):
+        t._set_shape(tf.TensorShape([size]).concatenate(t.shape[1:]))  # pylint: disable=protected-access
+        return t
+      return tf.ensure_shape(t, tf.TensorShape([size]).concatenate(t.shape[1:]))
+    return tf.nest.map_structure(sized, element)
+
+  return dataset.filter(leading).map(static)
 
 
 def _restore_int32(dataset, carried):
