@@ -246,8 +246,10 @@ def items(dense):
 # Ops whose output list has its input list's length (input 0): in every iteration, and in
 # every trip of a loop.
 def _keeps_length(op):
-  return op.type == "Identity" or (op.type == "TensorListSetItem" and
-                                   not op.get_attr("resize_if_index_out_of_bounds"))
+  """Identity, ZerosLike (a loop gradient's zeroed accumulators), a SetItem that cannot grow
+  the list."""
+  return op.type in ("Identity", "ZerosLike") or (
+      op.type == "TensorListSetItem" and not op.get_attr("resize_if_index_out_of_bounds"))
 
 
 # Ops that change a list's length by the same amount in every iteration (run once per
