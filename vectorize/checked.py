@@ -77,7 +77,27 @@ def wanted(body):
   if body.config is not None and body.config.has_reductions:
     logging.warning("%s: a body with pfor_config reductions is not checked.", CHECK_MARK)
     return False
+  if _writes_tf1_arrays(body.graph):
+    logging.warning("%s: a body that writes a TF1 TensorArray is not checked (the loop "
+                    "run beside pfor would write its elements a second time).", CHECK_MARK)
+    return False
   return True
+
+
+def _writes_tf1_arrays(graph, seen=None):
+  """Whether the body (or a function it calls) writes a TF1 TensorArray (a resource of its
+  own, which the check's second run of the body cannot write again)."""
+  seen = set() if seen is None else seen
+  for op in graph.get_operations():
+    if op.type in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArraySplitV3"):
+      return True
+    for name in whole_body_loop._called_functions(op):  # pylint: disable=protected-access
+      fn = graph_io.find_function(graph, name)
+      if name not in seen and fn is not None:
+        seen.add(name)
+        if _writes_tf1_arrays(fn.graph, seen):
+          return True
+  return False
 
 
 # ----------------------------------------------------------------------------- the check
