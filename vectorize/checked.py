@@ -84,20 +84,11 @@ def wanted(body):
   return True
 
 
-def _writes_tf1_arrays(graph, seen=None):
+def _writes_tf1_arrays(graph):
   """Whether the body (or a function it calls) writes a TF1 TensorArray (a resource of its
   own, which the check's second run of the body cannot write again)."""
-  seen = set() if seen is None else seen
-  for op in graph.get_operations():
-    if op.type in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArraySplitV3"):
-      return True
-    for name in whole_body_loop._called_functions(op):  # pylint: disable=protected-access
-      fn = graph_io.find_function(graph, name)
-      if name not in seen and fn is not None:
-        seen.add(name)
-        if _writes_tf1_arrays(fn.graph, seen):
-          return True
-  return False
+  return whole_body_loop.any_op(graph, lambda op: op.type in (
+      "TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArraySplitV3"))
 
 
 # ----------------------------------------------------------------------------- the check
@@ -249,23 +240,23 @@ def _random_ops(graph, order):
   return random
 
 
-def _draws(op, graph, seen=None):
+def _draws(op, graph):
   """Whether op is a stateful random op, or calls a function with one. Outside XLA for a
   conversion meant for it, stateless ones too: XLA's kernels draw other numbers than TF's,
   and either may run there."""
-  random = any(w in op.type for w in ("Random", "Rng", "Stateful", "Multinomial",
-                                      "TruncatedNormal"))
-  if random and (op._is_stateful or options.outside_xla_check()):  # pylint: disable=protected-access
+  outside_xla = options.outside_xla_check()
+
+  def random(o):
+    return (any(w in o.type for w in ("Random", "Rng", "Stateful", "Multinomial",
+                                      "TruncatedNormal")) and
+            (o._is_stateful or outside_xla))  # pylint: disable=protected-access
+
+  if random(op):
     return True
-  seen = set() if seen is None else seen
-  for name in whole_body_loop._called_functions(op):  # pylint: disable=protected-access
-    fn = graph_io.find_function(graph, name)
-    if name in seen or fn is None:
-      continue
-    seen.add(name)
-    if any(_draws(o, fn.graph, seen) for o in fn.graph.get_operations()):
-      return True
-  return False
+  return any(whole_body_loop.any_op(fn.graph, random)
+             for fn in (graph_io.find_function(graph, name)
+                        for name in whole_body_loop.called_functions(op))
+             if fn is not None)
 
 
 def _comparable(value, n):

@@ -23,7 +23,7 @@ _WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
            "ResourceScatterNdSub")
 
 
-def _called_functions(op):
+def called_functions(op):
   """The names of the functions op calls (a call's f, a loop's cond and body, branches)."""
   for value in op.node_def.attr.values():
     if value.HasField("func"):
@@ -36,19 +36,24 @@ class StatefulRefusal(ConversionError):
   """A stateful op that has no vectorized form here: the whole body must run as a loop."""
 
 
-def writes_variables(graph, seen=None):
-  """Whether the body graph, or a function it calls, writes a resource variable."""
+def any_op(graph, holds, seen=None):
+  """Whether `holds(op)` for an op of `graph` or of a function it calls, at any depth."""
   seen = set() if seen is None else seen
   for op in graph.get_operations():
-    if op.type in _WRITES:
+    if holds(op):
       return True
-    for name in _called_functions(op):
+    for name in called_functions(op):
       fn = graph_io.find_function(graph, name)
       if name not in seen and fn is not None:
         seen.add(name)
-        if writes_variables(fn.graph, seen):
+        if any_op(fn.graph, holds, seen):
           return True
   return False
+
+
+def writes_variables(graph):
+  """Whether the body graph, or a function it calls, writes a resource variable."""
+  return any_op(graph, lambda op: op.type in _WRITES)
 
 
 def refuses_state(convert):
