@@ -349,8 +349,7 @@ def _convert_resource_scatter_add(op):
   indices, updates = op.value(1), op.value(2)
   _check_write(op, indices.stacked or updates.stacked)
   resource = op.invariant(0)
-  if op.ctx.live_lanes is not None:
-    updates = _live_only(op, updates)
+  updates = _live_only(op, updates)
   if not indices.stacked:
     total = (tf.reduce_sum(updates.tensor, axis=0) if updates.stacked
              else _times_n(op, updates.tensor))
