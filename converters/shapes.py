@@ -18,6 +18,7 @@ from vectorize.errors import Unvectorizable
 from vectorize.family import (register_axis_shift, register_invariant_output,
                               register_leading_batch)
 from vectorize.lists import DenseList
+from vectorize.op_input import OpInput
 from vectorize.registry import register
 from vectorize.values import Value, stacked
 
@@ -378,6 +379,21 @@ def reverse_merged(x, flags):
   view = values.reshape(x, [values.product(run) for _, run in groups])
   view = tf.reverse(view, [k for k, (flag, _) in enumerate(groups) if flag])
   return values.reshape(view, dims)
+
+
+@register("ReverseSequence")
+def _convert_reverse_sequence(op: OpInput) -> Value:
+  """Folds the loop axis into the op's batch axis, and the lengths with it:
+  `[n, b, ...] -> [n*b, ...]`. A batch axis after the first is moved first, and back."""
+  x, lengths = op.stacked(0), op.stacked(1)
+  batch, seq = op.attr("batch_dim") + 1, op.attr("seq_dim") + 1   # axes of the stacked x
+  order = [0, batch] + [k for k in range(1, x.shape.rank) if k != batch]
+  x = tf.transpose(x, order) if batch != 1 else x
+  n, b = values.loop_length(op.ctx), values.dynamic_shape(x)[1]
+  reversed_ = tf.reverse_sequence(values.merge_leading(x), values.merge_leading(lengths),
+                                  seq_axis=order.index(seq) - 1, batch_axis=0)
+  reversed_ = values.split_leading(reversed_, n, b)
+  return stacked(tf.transpose(reversed_, np.argsort(order)) if batch != 1 else reversed_)
 
 
 @register("Reverse")
