@@ -320,6 +320,9 @@ def test_eager_python_if_on_a_tensor_as_in_tf_pfor():
   # TF's vectorized_map does not convert fn in eager mode (a step beyond TF): map_fn does.
   _assert_same(_numpy(vectorize.vectorized_map(_python_if_on_row, X)),
                _numpy(tf.map_fn(_python_if_on_row, X)))
+  # tf.map_fn runs fn as Python eagerly; vectorize.map_fn traces it, converted.
+  _assert_same(_numpy(vectorize.map_fn(_python_if_on_row, X)),
+               _numpy(tf.map_fn(_python_if_on_row, X)))
 
 
 @pytest.fixture(name="functions_run_eagerly")

@@ -99,7 +99,14 @@ def _cached_graph_fn(fn, signature, fallback):
   # A closure, not functools.partial: tf.function would trace a partial's bound arguments
   # as inputs, turning the signature's TensorSpecs into placeholders.
   return cache.cached(key, lambda: tf.function(
-      lambda e: _map_in_graph(fn, e, signature, fallback), autograph=False))
+      lambda e: _map_in_graph_converted(fn, e, signature, fallback), autograph=False))
+
+
+def _map_in_graph_converted(fn, elems, signature, fallback):
+  """`_map_in_graph` with autograph on for `fn`: eagerly, tf.map_fn runs `fn` as Python, so
+  a Python `if` on a tensor works there, and must in the graph we trace it into."""
+  with trace.autograph_enabled():
+    return _map_in_graph(fn, elems, signature, fallback)
 
 
 def _has_composites(elems, signature):
