@@ -34,11 +34,11 @@ dead lanes run too, additions, assertions and prints take the live lanes only
 run is a `ConversionError` (with the fallback on, the whole body runs as a loop): the value
 the loop leaves is the last iteration's last write.
 
-`Assert` checks the condition of every iteration at once. `tf.print` prints once per call
-with the stacked values, as TensorFlow's pfor does: a `StringFormat` whose string only
-`PrintV2` reads formats its inputs whole (loop axis included); one whose string the body
-uses otherwise formats each iteration on its own, as the loop does. A `PrintV2` of a string
-that differs per iteration prints every iteration's string, in iteration order, at once.
+`Assert` checks the condition of every iteration at once. `tf.print` prints what the loop
+prints: each iteration's values formatted on their own (`StringFormat`, a loop over the
+iterations), one line per iteration in iteration order, written by one print (inside a
+converted while loop, one such print per step). TensorFlow's pfor prints iteration 0's
+line only.
 """
 
 import tensorflow as tf
@@ -380,12 +380,11 @@ def _convert_assert(op):
 
 @register("PrintV2")
 def _convert_print_v2(op):
-  """Every iteration's string followed by `end`, joined in iteration order, printed once
-  (a dead lane's of a masked region left out)."""
-  if not op.is_stacked(0):   # formatted whole: printed once
-    return op.rebuild([op.invariant(0)])
-  end = op.attr("end")
-  lines = tf.strings.join([op.stacked(0), tf.constant(end, tf.string)])
+  """What the loop prints: every iteration's string followed by `end`, in iteration order
+  (a string the same in every iteration too, n times; a dead lane's left out), in one
+  print."""
+  end = tf.constant(op.attr("end"), tf.string)
+  lines = tf.strings.join([values.stack(op.value(0), op.ctx.n), end])
   if op.ctx.live_lanes is not None:
     lines = tf.where(op.ctx.live_lanes, lines, "")
   return op.rebuild([tf.strings.reduce_join(lines)], attrs={"end": ""})
@@ -393,9 +392,6 @@ def _convert_print_v2(op):
 
 @register("StringFormat")
 def _convert_string_format(op):
-  """Formats the stacked values whole where the string is only printed (TF's pfor prints
-  once per call), else each iteration's values (the string is then a value of the body)."""
-  consumers = op.op.outputs[0].consumers()
-  if consumers and all(c.type == "PrintV2" for c in consumers):
-    return invariant(op.rebuild([v.tensor for v in op.inputs])[0])
+  """Each iteration's values formatted on their own, as the loop formats them (a summarized
+  tensor's `...` included): a loop over the iterations."""
   return run_sequential(op)

@@ -210,7 +210,7 @@ def _probes(graph):
   random = _random_ops(graph, order)
   return [t for op in order if op.type not in ("Placeholder", "Const") and op not in random
           for t in op.outputs if t.ref() in used and t.dtype not in _NOT_COMPARED and
-          not _only_printed(t, outputs) and not _for_a_gradient(t, outputs)]
+          not _for_a_gradient(t, outputs)]
 
 
 def _for_a_gradient(t, outputs):
@@ -219,14 +219,6 @@ def _for_a_gradient(t, outputs):
   the other branch (the gradient's values are compared where they are used)."""
   return (t.op.type in _CONDITIONALS and not any(t is o for o in outputs) and
           all(c.type in _CONDITIONALS for c in t.consumers()))
-
-
-def _only_printed(t, outputs):
-  """A string only `tf.print` reads: pfor formats it once, with the stacked values (as TF's
-  pfor prints), not per iteration."""
-  consumers = t.consumers()
-  return (consumers and all(c.type == "PrintV2" for c in consumers) and
-          not any(t is o for o in outputs))
 
 
 def _random_ops(graph, order):

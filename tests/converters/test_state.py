@@ -356,19 +356,29 @@ def _read_and_remove(path):
 
 
 @pytest.mark.parametrize("mode", ["function", "dynamic", "eager"])
-def test_print_prints_once_with_the_stacked_values_like_tf_pfor(tmp_path, mode):
+@pytest.mark.parametrize("n", [4, 0])
+def test_print_prints_what_the_loop_prints(tmp_path, mode, n):
+  """One line per iteration, in iteration order, each formatted on its own (a summarized
+  row's `...` too); a string the same in every iteration is printed n times."""
   def make_body(path):
     def body(i):
-      tf.print("iteration", i, X[i], output_stream="file://" + str(path), end=";\n")
+      stream = "file://" + str(path)
+      tf.print("iteration", i, X[i], tf.range(20) + i, output_stream=stream, end=";\n")
+      tf.print("same", output_stream=stream)
       return i
     return body
 
   vectorized, expected = tmp_path / "pfor.txt", tmp_path / "expected.txt"
-  testing.run_pfor(make_body(vectorized), 4, mode=mode)
-  tf.print("iteration", tf.range(4), X[:4], output_stream="file://" + str(expected), end=";\n")
-  text = _read_and_remove(vectorized)
-  assert text.count(";\n") == 1
-  assert text == _read_and_remove(expected)
+  testing.run_pfor(make_body(vectorized), n, mode=mode)
+  loop = make_body(expected)
+  for i in range(n):
+    loop(tf.constant(i))
+  text = _read_and_remove(vectorized) if vectorized.exists() else ""
+  assert text.count(";\n") == n
+  lines = _read_and_remove(expected) if expected.exists() else ""
+  assert sorted(text.splitlines()) == sorted(lines.splitlines())
+  assert [l for l in text.splitlines() if l != "same"] == [
+      l for l in lines.splitlines() if l != "same"]
 
 
 def test_a_formatted_string_the_body_returns_is_formatted_per_iteration():
