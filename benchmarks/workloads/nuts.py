@@ -148,14 +148,6 @@ def nuts_step(theta, seed, eps):
   return result
 
 
-def _tfp():
-  try:
-    import tensorflow_probability as tfp  # pylint: disable=import-outside-toplevel
-    return tfp
-  except ImportError:
-    return None
-
-
 def _inputs(target, chains):
   TARGET[0] = target
   rng = np.random.default_rng(0)
@@ -170,7 +162,7 @@ def samplers(target, chains):
   theta, seeds, eps = _inputs(target, chains)
   batched = vectorize.autobatch(nuts_step, max_stack_depth=MAX_DEPTH + 1)
   result = {"autobatch": lambda: batched(theta, seeds, eps)}
-  tfp = _tfp()
+  tfp = recursion.tfp_quietly()
   if tfp is not None:
     def batch_log_prob(x):
       return -0.5 * tf.reduce_sum(x * tf.linalg.matvec(PRECISION[target], x), -1)
