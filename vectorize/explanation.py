@@ -30,7 +30,7 @@ class Fallback:
 
   Attributes:
     op_name: the op's name in its traced graph (the body, or a function it calls).
-    op_type: e.g. "Roll".
+    op_type: e.g. "PyFunc".
     cause: `NO_CONVERTER`, or `DECLINED` when a converter exists but refused this instance.
     reason: the converter's reason (for `DECLINED`, it names the input that stopped it).
     location: ' created at file:line', the user's line that created the op ('' if unknown).
@@ -112,9 +112,8 @@ def explain(loop_fn, iters, fallback_to_while_loop=True):
 
   Example:
     >>> x = tf.random.normal([4, 6])
-    >>> x = tf.random.normal([4, 6])
     >>> print(vectorize.explain(lambda i: tf.numpy_function(np.sort, [x[i]], tf.float32), 4))
-    vectorize.explain: 10 ops: 5 vectorized, 4 invariant, 1 fallback
+    vectorize.explain: 9 ops: 5 vectorized, 3 invariant, 1 fallback
       op type       vectorized   invariant    fallback
       ...
       PyFunc                 0           0           1

@@ -78,10 +78,10 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
 
   Limits: like `Dataset.map`, fn is traced once and Python values it reads are read then;
   stateful random ops draw per batch, so their values differ from map-then-batch (their
-  distribution does not). Every element of a batch must give values of one size: images
-  decoded at different sizes stop with an error at run time (decode and resize them in a
-  `dataset.map` before this transformation); sparse and variable-length tf.Example features
-  fall back.
+  distribution does not). Every element of a batch must give values of one size, as
+  `.batch()` needs: images decoded at different sizes and resized to one size in fn
+  convert; returned unresized, they stop with an error at run time, as map then batch
+  does. Sparse and variable-length tf.Example features fall back.
   """
 
   def apply(dataset):
