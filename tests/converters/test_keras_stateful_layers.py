@@ -95,6 +95,7 @@ def test_layer_with_no_iterations_keeps_its_variables(name):
   testing.assert_allclose(after, initial)
 
 
+@pytest.mark.unchecked
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_layer_converts_with_no_loop(name):
   layer = _built(name)

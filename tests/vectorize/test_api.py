@@ -245,6 +245,7 @@ def test_vectorized_map_on_nested_elems():
                           tf.nest.map_structure(np.asarray, expected))
 
 
+@pytest.mark.unchecked
 def test_vectorized_map_of_one_run_time_batch_adds_no_assert():
   """A batch's own size needs no range or agreement check: an Assert would gate the whole
   function (a tf.data map function waits on it). Two elems still check that they agree."""

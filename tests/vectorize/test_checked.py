@@ -114,6 +114,7 @@ def test_the_environment_variable_turns_it_on(monkeypatch):
     vectorize.pfor(lambda i: _sin_body(i) + 3.0, 6)
 
 
+@pytest.mark.unchecked
 def test_an_unchecked_conversion_is_not_reused_when_checking(monkeypatch):
   monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
   body = lambda i: _sin_body(i) + 4.0                                  # pylint: disable=unnecessary-lambda-assignment

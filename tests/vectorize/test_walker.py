@@ -18,6 +18,7 @@ def _converted_graph(body, n):
                      ).get_concrete_function().graph
 
 
+@pytest.mark.unchecked
 def test_invariant_weight_gives_one_matmul_and_no_tile():
   graph = _converted_graph(lambda i: tf.matmul(X[i:i + 1], W), 5)
   ops = testing.all_ops(graph)
@@ -29,6 +30,7 @@ def test_invariant_weight_gives_one_matmul_and_no_tile():
                           testing.sequential(lambda i: tf.matmul(X[i:i + 1], W), 5))
 
 
+@pytest.mark.unchecked
 def test_invariant_body_has_no_per_iteration_computation():
   graph = _converted_graph(lambda i: tf.tanh(tf.matmul(X, W)) * 2.0, 5)
   ops = testing.all_ops(graph)
@@ -97,6 +99,7 @@ def test_tape_inside_a_tf_function_sees_the_converted_ops(jit_compile):
                              atol=1e-5)
 
 
+@pytest.mark.unchecked
 def test_gather_at_the_loop_index_of_all_rows_is_no_copy():
   graph = _converted_graph(lambda i: tf.gather(X, i) * 2.0, 5)
   assert "GatherV2" not in testing.all_op_types(graph)

@@ -162,6 +162,7 @@ def _check_loop_gradient(make_body):
   np.testing.assert_allclose(pfor_grad(X6), expected, rtol=1e-5)
 
 
+@pytest.mark.unchecked
 @pytest.mark.parametrize("known", [True, False])
 def test_conditional_known_at_trace_time_emits_no_conditional(known):
   """A predicate or branch index known when the body is traced picks its branch in place."""

@@ -26,6 +26,7 @@ def test_invariant_condition(mode):
   _check(body, mode=mode)
 
 
+@pytest.mark.unchecked
 def test_invariant_condition_runs_no_per_iteration_bookkeeping():
   def body(i):
     x = tf.gather(X, i)
