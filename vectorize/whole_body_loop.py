@@ -16,7 +16,7 @@ from vectorize import graph_io
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError
 
-_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
            "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
            "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
            "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
@@ -53,7 +53,7 @@ def any_op(graph, holds, seen=None):
 
 def writes_variables(graph):
   """Whether the body graph, or a function it calls, writes a resource variable."""
-  return any_op(graph, lambda op: op.type in _WRITES)
+  return any_op(graph, lambda op: op.type in VARIABLE_WRITES)
 
 
 def refuses_state(convert):

@@ -45,6 +45,17 @@ def _random_body(i):
   return tf.random.normal([3]) + X[i]        # not compared: the loop draws other numbers
 
 
+NOISE = tf.Variable(tf.zeros([3]))
+
+
+def _random_walk_body(i):
+  """A variable written with random values: its reads (and its final state) are not compared
+  where the loop draws other numbers (outside XLA for XLA, whose kernels draw others)."""
+  seen = NOISE.read_value()     # what the earlier iterations' random steps left
+  NOISE.assign_add(tf.random.stateless_normal([3], seed=tf.stack([i, 7])))
+  return seen * 0.0 + X[i]
+
+
 def _keras_body():
   layer = tf.keras.layers.Dense(4)
   layer.build([None, 3])
@@ -55,7 +66,7 @@ def _keras_body():
 
 
 BODIES = {"cond": _cond_body, "while": _while_body, "tensor_array": _tensor_array_body,
-          "random": _random_body, "keras": _keras_body()}
+          "random": _random_body, "random_walk": _random_walk_body, "keras": _keras_body()}
 
 
 @pytest.mark.parametrize("name", sorted(BODIES))
