@@ -519,6 +519,48 @@ def test_bfs_shortest_distance_early_return(mode):
   check(bfs_distance, mode, g, s, t, dtypes=tf.int32, expected=want, max_stack_depth=1)
 
 
+def find_path(v, t, visited):
+  visited = put(visited, v, 1)
+  if v == t:
+    return True, visited
+  found = False
+  for u in range(N_NODES):
+    if ADJ[0, v, u] > 0 and visited[u] == 0:
+      found, visited = find_path(u, t, visited)
+      if found:
+        break                           # stops the search after the recursive call
+  return found, visited
+
+
+def path_exists(s, t):
+  found, visited = find_path(s, t, tf.zeros([N_NODES], tf.int32))
+  return found, visited
+
+
+def _find_py(adj, v, t, visited):
+  visited[v] = 1
+  if v == t:
+    return True
+  for u in range(len(adj)):
+    if adj[v][u] and not visited[u]:
+      if _find_py(adj, u, t, visited):
+        return True
+  return False
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dfs_path_search_with_break_after_recursive_call(mode):
+  s = tf.constant([0, 3, 4, 2, 0], tf.int32)
+  t = tf.constant([3, 0, 5, 1, 5], tf.int32)
+  found, visited = [], []
+  for a, b in zip(s.numpy(), t.numpy()):
+    vis = [0] * N_NODES
+    found.append(_find_py(ADJ.numpy()[0].tolist(), int(a), int(b), vis))
+    visited.append(vis)
+  check(path_exists, mode, s, t, dtypes=(tf.bool, tf.int32),
+        expected=(np.array(found), np.array(visited, np.int32)), max_stack_depth=N_NODES + 1)
+
+
 LEFT = tf.constant([[1, 3, 5, -1, -1, -1, -1], [1, 2, 3, -1, -1, -1, -1]], tf.int32)
 RIGHT = tf.constant([[2, 4, 6, -1, -1, -1, -1], [-1, -1, -1, -1, -1, -1, -1]], tf.int32)
 VALS = tf.constant(_rng.normal(size=[2, 7]).astype(np.float32))
@@ -1160,3 +1202,95 @@ def test_batch_of_one_under_xla():
     want = want if isinstance(want, tuple) else (want,)
     for g, w in zip(got, want):
       np.testing.assert_array_equal(g.numpy(), w)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-example matrices
+# ---------------------------------------------------------------------------------------
+
+def matrix_power(m, n):
+  if n == 0:
+    return tf.eye(2, dtype=m.dtype)
+  h = matrix_power(m, n // 2)
+  h = tf.matmul(h, h)
+  if n % 2 == 1:
+    h = tf.matmul(h, m)
+  return h
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_matrix_power_by_squaring_float32_with_gradient(mode):
+  m = tf.constant([[[1.0, 1.0], [1.0, 0.0]], [[0.5, 0.1], [0.0, 1.2]], [[0.9, -0.3], [0.2, 0.7]]])
+  n = tf.constant([10, 3, 0], tf.int32)
+  got = check(matrix_power, mode, m, n, dtypes=tf.float32, grad=True, max_stack_depth=6,
+              max_steps=60)
+  np.testing.assert_allclose(got(m, n).numpy(),
+                             [np.linalg.matrix_power(a, int(k)) for a, k in zip(m.numpy(), n.numpy())],
+                             rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# Python idioms the README's grammar suggests, refused with unclear errors
+# ---------------------------------------------------------------------------------------
+
+def isqrt_ceil(n):
+  k = 0
+  while True:
+    if k * k >= n:
+      return k
+    k += 1
+
+
+@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
+    "`while True:` left only by `return` is refused: ConversionError `isqrt_ceil` can reach "
+    "its end without `return`. Return a value on every path; it cannot (no break), and the "
+    "per-example Python run returns ceil(sqrt(n))"))
+@pytest.mark.parametrize("mode", MODES)
+def test_while_true_with_return_inside(mode):
+  n = tf.constant([10, 0, 16, 17], tf.int32)
+  check(isqrt_ceil, mode, n, dtypes=tf.int32, expected=np.array([4, 0, 4, 5], np.int32),
+        max_stack_depth=1)
+
+
+def in_range_count(lo, hi):
+  """How many of the captured row's values v satisfy lo <= v < hi (a chained comparison)."""
+  count = 0
+  for j in range(THRESH_DATA.shape[1]):
+    if lo <= THRESH_DATA[0, j] < hi:
+      count += 1
+  return count
+
+
+@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
+    "a chained comparison `lo <= x < hi` (Python's `lo <= x and x < hi`; README: `and` acts "
+    "elementwise) fails: ConversionError `... = lo <= THRESH_DATA[0, j] < hi` failed for one "
+    "example: OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` "
+    "is not allowed"))
+@pytest.mark.parametrize("mode", MODES)
+def test_chained_comparison(mode):
+  lo = tf.constant([0, 5, 10], tf.int32)
+  hi = tf.constant([5, 15, 11], tf.int32)
+  row = THRESH_DATA.numpy()[0]
+  want = np.array([((a <= row) & (row < b)).sum() for a, b in zip(lo.numpy(), hi.numpy())],
+                  np.int32)
+  check(in_range_count, mode, lo, hi, dtypes=tf.int32, expected=want, max_stack_depth=1)
+
+
+def abs_gcd(a, b):
+  a = a if a >= 0 else -a                  # a conditional expression, no compiled call in it
+  if b == 0:
+    return a
+  return abs_gcd(b, a % b)
+
+
+@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
+    "a conditional expression `a if a >= 0 else -a` without any compiled call in it (the "
+    "README forbids only calls of compiled functions inside conditional expressions) fails: "
+    "ConversionError `abs_gcd.a = a if a >= 0 else -a` failed for one example: "
+    "OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` is not "
+    "allowed"))
+@pytest.mark.parametrize("mode", MODES)
+def test_conditional_expression_without_calls(mode):
+  a = tf.constant([-48, 17, 0], tf.int32)
+  b = tf.constant([18, -5, 9], tf.int32)
+  check(abs_gcd, mode, a, b, dtypes=tf.int32, max_stack_depth=30)
