@@ -167,7 +167,7 @@ def _collatz_py(n):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_collatz_length_int64(mode):
-  n = tf.constant([27, 1, 6, 97, 2 ** 33 + 1], tf.int64)   # the last one needs int64
+  n = tf.constant([27, 1, 6, 97, 2 ** 33 + 1] + list(range(2, 30, 2)), tf.int64)  # 2**33+1: int64
   want = np.array([_collatz_py(int(v)) for v in n.numpy()], np.int64)
   check(collatz_len, mode, n, dtypes=tf.int64, expected=want, max_stack_depth=200)
 
@@ -1064,6 +1064,25 @@ def factorial(n):
   return n * factorial(n - 1)
 
 
+def scaled_sum(n):
+  s = 0
+  for k in range(3):
+    s += n * (k + 1)
+  return s
+
+
+@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
+    "an accumulator started at a Python int literal (`s = 0`) and added int64 values "
+    "(`s += n * (k + 1)`, n int64) fails: ConversionError `scaled_sum.s = s + n * (k + 1)` "
+    "failed for one example: TypeError: Input 'y' of 'Mul' Op has type int32 that does not "
+    "match type int64 (the range counter k is int32 too; a float64 accumulator started at "
+    "`0.0` works)"))
+@pytest.mark.parametrize("mode", MODES)
+def test_int64_accumulator_started_at_literal(mode):
+  n = tf.constant([5, 2 ** 40, -3], tf.int64)
+  check(scaled_sum, mode, n, dtypes=tf.int64, expected=6 * n.numpy(), max_stack_depth=1)
+
+
 @pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
     "`return 1` in a function of an int64 (or float64, with `return 1.0`) input is typed "
     "int32 (float32): ConversionError `factorial._pc_t2 = n * _pc_t3` failed for one example: "
@@ -1146,10 +1165,9 @@ def test_recursion_deeper_than_max_stack_depth(mode):
     run(x, n)
 
 
-@pytest.mark.parametrize("mode", ["eager", "xla"])
-def test_autobatch_jit_compile_called_eagerly_raises_after_run(mode):
+def test_autobatch_jit_compile_called_eagerly_raises_after_run():
   # README: `autobatch(..., jit_compile=True)` called eagerly raises after the compiled run
-  batched = vectorize.autobatch(doubling, max_stack_depth=4, jit_compile=(mode == "xla"))
+  batched = vectorize.autobatch(doubling, max_stack_depth=4, jit_compile=True)
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"max_stack_depth=4"):
     batched(tf.constant([1.0, 1.0]), tf.constant([2, 6]))
   np.testing.assert_array_equal(batched(tf.constant([1.0]), tf.constant([2])).numpy(), [4.0])
