@@ -164,3 +164,31 @@ def test_stack_buffers_stay_out_of_the_block_dispatch():
     for shape in case.attr["output_shapes"].list.shape:
       assert all(d.size != 39 for d in shape.dim), case.name   # depth + 2 rows
   np.testing.assert_array_equal(graph_fn(tf.constant([1, 2, 3, 4, 10])), [1, 1, 2, 3, 55])
+
+
+def _call_sized(batched, mode, inputs, batch):
+  """`_call` on the first `batch` members, or on all of them with the batch size known only
+  at run time (`batch="run-time"`: a tf.function traced for `[None, ...]` inputs)."""
+  if batch != "run-time":
+    return _call(batched, mode, [x[:batch] for x in inputs])
+  signature = [tf.TensorSpec([None] + list(x.shape[1:]), x.dtype) for x in inputs]
+  fn = tf.function(lambda *xs: batched(*xs), input_signature=signature,
+                   jit_compile=(mode == "xla"))
+  return fn(*inputs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["simpson", "simpson_splits"])
+def test_adaptive_quadrature_splits_as_often_as_one_example_does(name, batch, mode):
+  """The recursive call passes `f_m` on in the `f_b` slot while `f_lm` takes `f_m`'s:
+  argument passing copied one parameter at a time, gave `f_b` the new `f_m` and made the
+  tolerance test fail to the depth bound (3,937 splits where one example splits 29)."""
+  case = programs.BY_NAME[name]
+  inputs = [tf.constant(x) for x in case.inputs(7, np.random.default_rng(5))]
+  batched = vectorize.autobatch(case.fn, max_stack_depth=case.depth)
+  got = _tuple(_call_sized(batched, mode, inputs, batch))
+  size = 1 if batch == 1 else 7
+  want = programs.reference(case.fn, [x.numpy()[:size] for x in inputs])
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g.numpy(), w, rtol=1e-9)

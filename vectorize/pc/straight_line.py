@@ -91,8 +91,7 @@ class StraightLine:
         env.update(zip(instruction.targets,
                        evaluate(instruction, namespace, values, self.types, self.where)))
       elif isinstance(instruction, ir.Move):
-        env.update((t, self.cast(t, env[s]))
-                   for t, s in zip(instruction.targets, instruction.sources))
+        env.update(self.moved(instruction, env))
       elif isinstance(instruction, (ir.Pop, ir.Peek)):
         env[instruction.var] = next(popped)
       elif isinstance(instruction, ir.Push):
@@ -101,6 +100,13 @@ class StraightLine:
         raise TypeError(f"not a straight-line instruction: {instruction}")
     outputs = pushed + [env[w] for w in self.writes]
     return outputs + [env[self.cond]] if self.cond else outputs
+
+  def moved(self, move, env):
+    """A `Move`'s targets and values, every source read before any target is written: it
+    is a parallel copy (the tail call `rotate(b, c, a)` moves `a, b, c <- b, c, a`, and
+    `c` must take the old `a`, not the `b` just moved into `a`)."""
+    values = [self.cast(t, env[s]) for t, s in zip(move.targets, move.sources)]
+    return list(zip(move.targets, values))
 
   def cast(self, var, value):
     want = self.types.get(var) if self.types is not None else None
