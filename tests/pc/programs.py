@@ -228,6 +228,30 @@ def _ints(low, high):
   return lambda n, rng: (rng.integers(low, high, size=[n]).astype(np.int32),)
 
 
+def quadrature(a, b, eps):
+  """`integrate` forwarding `simpson`'s pair with `return simpson(...)`, as Python allows."""
+  f_a = tf.sin(a * a)
+  f_b = tf.sin(b * b)
+  m = (a + b) / 2
+  f_m = tf.sin(m * m)
+  whole = (b - a) / 6 * (f_a + 4 * f_m + f_b)
+  return simpson(f_a, f_m, f_b, a, b, eps, whole, 12)
+
+
+def digits(n, count, total):
+  """(number of digits, digit sum) of n: a recursion forwarding its own call's pair."""
+  if n < 10:
+    return count + 1, total + n
+  return digits(n // 10, count + 1, total + n % 10)
+
+
+def digit_stats(n):
+  """Returns `digits`' pair on, then a pair built from another forwarded call's values."""
+  if n < 0:
+    return digit_stats(-n)
+  return digits(n, 0, 0)
+
+
 def _interval(n, rng):
   """Float64 intervals [a, b] of sin(x * x), which oscillates faster to the right, and a
   tolerance."""
@@ -273,6 +297,8 @@ CASES = [
             rng.integers(0, 7, size=[n]).astype(np.int32),), 1),
     Case("simpson", integrate, _interval, 14),
     Case("simpson_splits", count_splits, _interval, 14),
+    Case("forwarded_pair", quadrature, _interval, 14),
+    Case("forwarded_recursion", digit_stats, _ints(-100000, 100000), 2),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -179,11 +179,24 @@ def _call_sized(batched, mode, inputs, batch):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["simpson", "simpson_splits"])
+@pytest.mark.parametrize("name", ["simpson", "simpson_splits", "rotate"])
 def test_adaptive_quadrature_splits_as_often_as_one_example_does(name, batch, mode):
   """The recursive call passes `f_m` on in the `f_b` slot while `f_lm` takes `f_m`'s:
   argument passing copied one parameter at a time, gave `f_b` the new `f_m` and made the
   tolerance test fail to the depth bound (3,937 splits where one example splits 29)."""
+  _check_sized(name, batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["forwarded_pair", "forwarded_recursion"])
+def test_return_of_a_call_forwards_every_value(name, batch, mode):
+  """`return helper(...)` where `helper` returns a pair returns the pair (it was refused:
+  "returns 2 values, 1 expected here"), from the entry and inside a recursion."""
+  _check_sized(name, batch, mode)
+
+
+def _check_sized(name, batch, mode):
   case = programs.BY_NAME[name]
   inputs = [tf.constant(x) for x in case.inputs(7, np.random.default_rng(5))]
   batched = vectorize.autobatch(case.fn, max_stack_depth=case.depth)
