@@ -252,6 +252,28 @@ def digit_stats(n):
   return digits(n, 0, 0)
 
 
+def hanoi_moves(n):
+  """The moves of a Tower of Hanoi of n disks: every return built from Python literals."""
+  if n == 0:
+    return 0
+  return 2 * hanoi_moves(n - 1) + 1
+
+
+def hanoi_total(n):
+  """The moves for 0 .. n - 1 disks: a loop over range(n) whose count may be int64."""
+  total = 0
+  for k in range(n):
+    total = total + hanoi_moves(k)
+  return total
+
+
+def count_digits(n):
+  """The digits of n: `return 1` and `return 1 + count_digits(n // 10)`."""
+  if n < 10:
+    return 1
+  return 1 + count_digits(n // 10)
+
+
 def _interval(n, rng):
   """Float64 intervals [a, b] of sin(x * x), which oscillates faster to the right, and a
   tolerance."""
@@ -299,6 +321,10 @@ CASES = [
     Case("simpson_splits", count_splits, _interval, 14),
     Case("forwarded_pair", quadrature, _interval, 14),
     Case("forwarded_recursion", digit_stats, _ints(-100000, 100000), 2),
+    Case("hanoi_int64", hanoi_total, lambda n, rng: (
+        rng.integers(30, 40, size=[n]).astype(np.int64),), 40),
+    Case("digits_int64", count_digits, lambda n, rng: (
+        rng.integers(0, 10**15, size=[n]).astype(np.int64),), 16),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

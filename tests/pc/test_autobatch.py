@@ -196,6 +196,16 @@ def test_return_of_a_call_forwards_every_value(name, batch, mode):
   _check_sized(name, batch, mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["hanoi_int64", "digits_int64"])
+def test_int64_inputs_give_int64_results(name, batch, mode):
+  """`for k in range(n)` over an int64 `n` was refused; results built from literals only
+  (`return 1 + count_digits(n // 10)`) were int32, wrapping past 2**31 (Hanoi's moves)."""
+  (got,) = _check_sized(name, batch, mode)
+  assert got.dtype == tf.int64
+
+
 def _check_sized(name, batch, mode):
   case = programs.BY_NAME[name]
   inputs = [tf.constant(x) for x in case.inputs(7, np.random.default_rng(5))]
@@ -205,3 +215,4 @@ def _check_sized(name, batch, mode):
   want = programs.reference(case.fn, [x.numpy()[:size] for x in inputs])
   for g, w in zip(got, want):
     np.testing.assert_allclose(g.numpy(), w, rtol=1e-9)
+  return got

@@ -340,7 +340,7 @@ class _Translator:
     start = args[0] if len(args) > 1 else ast.Constant(0)
     stop = args[1] if len(args) > 1 else args[0]
     step = args[2] if len(args) > 2 else ast.Constant(1)
-    counter = f"_pc_i{next(self.temps)}"
+    counter = f"{ir.COUNTER_PREFIX}{next(self.temps)}"
     self.locals.add(counter)
     self.compute((self.var(counter),), start, s)
     stop_var = self.value_var(stop, s)
@@ -407,7 +407,7 @@ class _Translator:
     return temp
 
   def temp(self):
-    name = f"_pc_t{next(self.temps)}"
+    name = f"{ir.TEMPORARY_PREFIX}{next(self.temps)}"
     self.locals.add(name)
     return self.var(name)
 
@@ -436,8 +436,7 @@ class _Translator:
     expr = _Hoister(self, s).visit(_copy(expr))
     reads = tuple(sorted({self.var(n.id) for n in ast.walk(expr)
                           if isinstance(n, ast.Name) and n.id in self.locals}))
-    literal = isinstance(expr, ast.Constant) and isinstance(expr.value, (int, float)) and (
-        not isinstance(expr.value, bool))
+    literal = _is_python_arithmetic(expr, self.locals)
     self.emit(ir.Assign(targets, ast.unparse(expr), reads, self.source.line(s), literal))
 
 
@@ -509,6 +508,25 @@ class _Hoister(ast.NodeTransformer):
     return self._refuse(node, "a comprehension")
 
   visit_GeneratorExp = visit_SetComp = visit_DictComp = visit_ListComp
+
+
+_ARITHMETIC = (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Load)
+
+
+def _is_python_arithmetic(expr, local_names):
+  """Whether `expr` is arithmetic on Python numbers and local variables only (`0`, `1 + n`,
+  `count + 1`, `k`): a Python number when every variable it reads holds one, whose dtype
+  then yields to the values it meets (type inference's *weak* types)."""
+  for node in ast.walk(expr):
+    if isinstance(node, ast.Constant):
+      if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+        return False
+    elif isinstance(node, ast.Name):
+      if node.id not in local_names:
+        return False
+    elif not isinstance(node, _ARITHMETIC):
+      return False
+  return True
 
 
 def _copy(node):
