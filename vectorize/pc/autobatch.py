@@ -137,11 +137,12 @@ class Batched:
 
   def _warn_unchecked(self):
     """Says, when a caller's XLA function traces the call, that failures cannot raise."""
+    steps = "" if self.max_steps is None else f" (or that runs past max_steps={self.max_steps})"
     warnings.warn(
         f"autobatch({self.fn.__name__}) inside a jit_compile=True function cannot raise: "
         "XLA compiles assertions to nothing. A member whose recursion exceeds "
-        f"max_stack_depth={self.max_stack_depth} (or that runs past max_steps="
-        f"{self.max_steps}) gives NaN (floats), the dtype's minimum (integers) or False. "
+        f"max_stack_depth={self.max_stack_depth}{steps} gives NaN (floats), the dtype's "
+        "minimum (integers) or False. "
         "To raise instead, call batched.with_failures(...) inside, return its failure codes, "
         "and call batched.check(failures) outside the compiled function; or raise "
         "max_stack_depth", RuntimeWarning, stacklevel=3)
