@@ -155,6 +155,67 @@ def collatz_steps(n):
   return steps
 
 
+def rotate(a, b, c, n):
+  """Tail calls that pass the parameters on rotated: argument passing is a parallel copy
+  (`c` takes the old `a`, not the `b` that `a` has just been given)."""
+  if n == 0:
+    return a * 100 + b * 10 + c
+  return rotate(b, c, a, n - 1)
+
+
+def simpson(f_a, f_m, f_b, a, b, eps, whole, depth):
+  """Adaptive Simpson quadrature of sin(x * x) on [a, b]: (integral, splits). The first
+  recursive call shifts `f_m` into the `f_b` slot while `f_lm` takes `f_m`'s."""
+  m = (a + b) / 2
+  lm = (a + m) / 2
+  rm = (m + b) / 2
+  f_lm = tf.sin(lm * lm)
+  f_rm = tf.sin(rm * rm)
+  left = (m - a) / 6 * (f_a + 4 * f_lm + f_m)
+  right = (b - m) / 6 * (f_m + 4 * f_rm + f_b)
+  delta = left + right - whole
+  if depth <= 0 or abs(delta) <= 15 * eps:
+    return left + right + delta / 15, 0
+  l, left_splits = simpson(f_a, f_lm, f_m, a, m, eps / 2, left, depth - 1)
+  r, right_splits = simpson(f_m, f_rm, f_b, m, b, eps / 2, right, depth - 1)
+  return l + r, left_splits + right_splits + 1
+
+
+def integrate(a, b, eps):
+  """The entry of `simpson`: the endpoints' and midpoint's values, the first estimate."""
+  f_a = tf.sin(a * a)
+  f_b = tf.sin(b * b)
+  m = (a + b) / 2
+  f_m = tf.sin(m * m)
+  whole = (b - a) / 6 * (f_a + 4 * f_m + f_b)
+  value, splits = simpson(f_a, f_m, f_b, a, b, eps, whole, 12)
+  return value, splits
+
+
+def simpson_splits(f_a, f_m, f_b, a, b, eps, whole, depth):
+  """`simpson` returning only its count of splits (one result, the same wrong answers)."""
+  m = (a + b) / 2
+  lm = (a + m) / 2
+  rm = (m + b) / 2
+  f_lm = tf.sin(lm * lm)
+  f_rm = tf.sin(rm * rm)
+  left = (m - a) / 6 * (f_a + 4 * f_lm + f_m)
+  right = (b - m) / 6 * (f_m + 4 * f_rm + f_b)
+  if depth <= 0 or abs(left + right - whole) <= 15 * eps:
+    return 0
+  return (simpson_splits(f_a, f_lm, f_m, a, m, eps / 2, left, depth - 1) +
+          simpson_splits(f_m, f_rm, f_b, m, b, eps / 2, right, depth - 1) + 1)
+
+
+def count_splits(a, b, eps):
+  f_a = tf.sin(a * a)
+  f_b = tf.sin(b * b)
+  m = (a + b) / 2
+  f_m = tf.sin(m * m)
+  whole = (b - a) / 6 * (f_a + 4 * f_m + f_b)
+  return simpson_splits(f_a, f_m, f_b, a, b, eps, whole, 12)
+
+
 class Case(NamedTuple):
   name: str
   fn: Callable
@@ -165,6 +226,59 @@ class Case(NamedTuple):
 
 def _ints(low, high):
   return lambda n, rng: (rng.integers(low, high, size=[n]).astype(np.int32),)
+
+
+def quadrature(a, b, eps):
+  """`integrate` forwarding `simpson`'s pair with `return simpson(...)`, as Python allows."""
+  f_a = tf.sin(a * a)
+  f_b = tf.sin(b * b)
+  m = (a + b) / 2
+  f_m = tf.sin(m * m)
+  whole = (b - a) / 6 * (f_a + 4 * f_m + f_b)
+  return simpson(f_a, f_m, f_b, a, b, eps, whole, 12)
+
+
+def digits(n, count, total):
+  """(number of digits, digit sum) of n: a recursion forwarding its own call's pair."""
+  if n < 10:
+    return count + 1, total + n
+  return digits(n // 10, count + 1, total + n % 10)
+
+
+def digit_stats(n):
+  """Returns `digits`' pair on, then a pair built from another forwarded call's values."""
+  if n < 0:
+    return digit_stats(-n)
+  return digits(n, 0, 0)
+
+
+def hanoi_moves(n):
+  """The moves of a Tower of Hanoi of n disks: every return built from Python literals."""
+  if n == 0:
+    return 0
+  return 2 * hanoi_moves(n - 1) + 1
+
+
+def hanoi_total(n):
+  """The moves for 0 .. n - 1 disks: a loop over range(n) whose count may be int64."""
+  total = 0
+  for k in range(n):
+    total = total + hanoi_moves(k)
+  return total
+
+
+def count_digits(n):
+  """The digits of n: `return 1` and `return 1 + count_digits(n // 10)`."""
+  if n < 10:
+    return 1
+  return 1 + count_digits(n // 10)
+
+
+def _interval(n, rng):
+  """Float64 intervals [a, b] of sin(x * x), which oscillates faster to the right, and a
+  tolerance."""
+  a = rng.uniform(0.0, 2.5, size=[n])
+  return a, a + rng.uniform(0.5, 1.5, size=[n]), np.full([n], 1e-7)
 
 
 CASES = [
@@ -200,6 +314,17 @@ CASES = [
         rng.integers(0, 7, size=[n]).astype(np.int32)), 7, grad=(0,)),
     Case("guarded_log", guarded_log, lambda n, rng: (
         rng.uniform(-1.0, 1.0, size=[n]).astype(np.float32),), 1, grad=(0,)),
+    Case("rotate", rotate, lambda n, rng: tuple(
+        rng.integers(0, 10, size=[n]).astype(np.int32) for _ in range(3)) + (
+            rng.integers(0, 7, size=[n]).astype(np.int32),), 1),
+    Case("simpson", integrate, _interval, 14),
+    Case("simpson_splits", count_splits, _interval, 14),
+    Case("forwarded_pair", quadrature, _interval, 14),
+    Case("forwarded_recursion", digit_stats, _ints(-100000, 100000), 2),
+    Case("hanoi_int64", hanoi_total, lambda n, rng: (
+        rng.integers(30, 40, size=[n]).astype(np.int64),), 40),
+    Case("digits_int64", count_digits, lambda n, rng: (
+        rng.integers(0, 10**15, size=[n]).astype(np.int64),), 16),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -73,11 +73,13 @@ def test_stack_overflow_names_the_function_and_the_bound(mode):
 
 def test_under_xla_overflowed_members_give_nan_and_the_others_are_right():
   batched = vectorize.autobatch(programs.deep_sum, max_stack_depth=10)
-  got = _call(batched, "xla", [tf.constant([1.0, 2.0, 3.0]), tf.constant([3, 12, 10])])
+  with pytest.warns(RuntimeWarning, match="cannot raise"):
+    got = _call(batched, "xla", [tf.constant([1.0, 2.0, 3.0]), tf.constant([3, 12, 10])])
   np.testing.assert_allclose(got[0::2], [3.0, 30.0])
   assert np.isnan(got[1])
   ints = vectorize.autobatch(programs.fib, max_stack_depth=4)
-  got = _call(ints, "xla", [tf.constant([3, 9])])
+  with pytest.warns(RuntimeWarning, match="cannot raise"):
+    got = _call(ints, "xla", [tf.constant([3, 9])])
   np.testing.assert_array_equal(got, [2, np.iinfo(np.int32).min])
 
 
@@ -86,6 +88,53 @@ def test_eager_xla_raises_outside_the_compiled_program():
   np.testing.assert_allclose(batched(tf.constant([1.0]), tf.constant([4])), [4.0])
   with pytest.raises(tf.errors.InvalidArgumentError, match="deep_sum exceeded max_stack_depth"):
     batched(tf.constant([1.0]), tf.constant([11]))
+
+
+def _deep_inputs(batch):
+  """deep_sum inputs whose second member recurses past a bound of 10 (batch 1: only it)."""
+  x, n = tf.constant([1.0, 2.0, 3.0]), tf.constant([3, 12, 10])
+  return [x[1:2], n[1:2]] if batch == 1 else [x, n]
+
+
+@pytest.mark.parametrize("batch", [1, "run-time"])
+def test_under_a_callers_xla_an_overflow_warns_and_its_codes_raise_outside(batch):
+  """Inside the caller's own jit_compile=True function nothing can raise (XLA compiles
+  assertions to nothing), so the call warns when traced, and `with_failures` hands the
+  codes out for `check` to raise the bound's error outside (it returned NaN silently)."""
+  batched = vectorize.autobatch(programs.deep_sum, max_stack_depth=10)
+  inputs = _deep_inputs(batch)
+  signature = [tf.TensorSpec([None], x.dtype) for x in inputs] if batch != 1 else None
+
+  @tf.function(jit_compile=True, input_signature=signature)
+  def inside(x, n):
+    results, failures = batched.with_failures(x, n)
+    return results[0], failures
+
+  with pytest.warns(RuntimeWarning, match=r"cannot raise.*max_stack_depth=10.*check"):
+    got, failures = inside(*inputs)
+  assert np.isnan(got.numpy()[0 if batch == 1 else 1])
+  with pytest.raises(tf.errors.InvalidArgumentError, match=(
+      r"deep_sum exceeded max_stack_depth=10; pass a larger one, e.g. "
+      r"autobatch\(deep_sum, max_stack_depth=20\)")):
+    batched.check(failures)
+  with pytest.warns(RuntimeWarning, match="cannot raise"):
+    tf.function(lambda *xs: batched(*xs), jit_compile=True)(*inputs)
+
+
+@pytest.mark.parametrize("batch", [1, "run-time"])
+def test_a_compiled_autobatch_in_a_callers_graph_raises_outside_its_xla(batch):
+  """`autobatch(..., jit_compile=True)` in a caller's graph that XLA does not compile runs
+  its XLA function (it ran uncompiled) and checks the codes outside it."""
+  batched = vectorize.autobatch(programs.deep_sum, max_stack_depth=10, jit_compile=True)
+  inputs = _deep_inputs(batch)
+  signature = [tf.TensorSpec([None], x.dtype) for x in inputs] if batch != 1 else None
+  caller = tf.function(lambda x, n: batched(x, n), input_signature=signature)
+  graph = caller.get_concrete_function(*inputs).graph
+  compiled = [op for op in graph.get_operations() if "PartitionedCall" in op.type and
+              op.node_def.attr["_XlaMustCompile"].b]
+  assert compiled, "the VM runs in its own XLA function"
+  with pytest.raises(tf.errors.InvalidArgumentError, match="max_stack_depth=10; pass a"):
+    caller(*inputs)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -164,3 +213,55 @@ def test_stack_buffers_stay_out_of_the_block_dispatch():
     for shape in case.attr["output_shapes"].list.shape:
       assert all(d.size != 39 for d in shape.dim), case.name   # depth + 2 rows
   np.testing.assert_array_equal(graph_fn(tf.constant([1, 2, 3, 4, 10])), [1, 1, 2, 3, 55])
+
+
+def _call_sized(batched, mode, inputs, batch):
+  """`_call` on the first `batch` members, or on all of them with the batch size known only
+  at run time (`batch="run-time"`: a tf.function traced for `[None, ...]` inputs)."""
+  if batch != "run-time":
+    return _call(batched, mode, [x[:batch] for x in inputs])
+  signature = [tf.TensorSpec([None] + list(x.shape[1:]), x.dtype) for x in inputs]
+  fn = tf.function(lambda *xs: batched(*xs), input_signature=signature,
+                   jit_compile=(mode == "xla"))
+  return fn(*inputs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["simpson", "simpson_splits", "rotate"])
+def test_adaptive_quadrature_splits_as_often_as_one_example_does(name, batch, mode):
+  """The recursive call passes `f_m` on in the `f_b` slot while `f_lm` takes `f_m`'s:
+  argument passing copied one parameter at a time, gave `f_b` the new `f_m` and made the
+  tolerance test fail to the depth bound (3,937 splits where one example splits 29)."""
+  _check_sized(name, batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["forwarded_pair", "forwarded_recursion"])
+def test_return_of_a_call_forwards_every_value(name, batch, mode):
+  """`return helper(...)` where `helper` returns a pair returns the pair (it was refused:
+  "returns 2 values, 1 expected here"), from the entry and inside a recursion."""
+  _check_sized(name, batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["hanoi_int64", "digits_int64"])
+def test_int64_inputs_give_int64_results(name, batch, mode):
+  """`for k in range(n)` over an int64 `n` was refused; results built from literals only
+  (`return 1 + count_digits(n // 10)`) were int32, wrapping past 2**31 (Hanoi's moves)."""
+  (got,) = _check_sized(name, batch, mode)
+  assert got.dtype == tf.int64
+
+
+def _check_sized(name, batch, mode):
+  case = programs.BY_NAME[name]
+  inputs = [tf.constant(x) for x in case.inputs(7, np.random.default_rng(5))]
+  batched = vectorize.autobatch(case.fn, max_stack_depth=case.depth)
+  got = _tuple(_call_sized(batched, mode, inputs, batch))
+  size = 1 if batch == 1 else 7
+  want = programs.reference(case.fn, [x.numpy()[:size] for x in inputs])
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g.numpy(), w, rtol=1e-9)
+  return got

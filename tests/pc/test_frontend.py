@@ -33,6 +33,14 @@ def test_nested_calls_evaluate_the_inner_call_first():
   assert calls[1].args == calls[0].targets
 
 
+def test_return_of_a_call_takes_every_value_the_callee_returns():
+  program = frontend.build(programs.digit_stats)
+  calls = {c.callee: c for c in instructions(program, ir.Call)}
+  assert len(calls["digits"].targets) == 2 and len(calls["digit_stats"].targets) == 2
+  returns = instructions(program, ir.Return)
+  assert {r.values for r in returns} >= {calls["digits"].targets}
+
+
 def test_every_block_ends_in_a_terminator_and_every_label_exists():
   for case in programs.CASES:
     program = frontend.build(case.fn)

@@ -2,11 +2,16 @@
 
 The user face of the program-counter mode: checks the inputs, compiles `fn` once per
 per-example input signature (`pipeline.py`; a new batch size reuses it), runs the VM in a
-`tf.function` of its own when called eagerly or in the caller's graph otherwise, and turns
-a member's stack overflow into an error naming the function and the bound (under XLA, where
-the caller compiled the whole graph, the overflowed members' results are NaN / the dtype's
-minimum / False instead, since a compiled program cannot raise).
+`tf.function` of its own when called eagerly (or with `jit_compile=True` from a graph not
+compiled by XLA) or in the caller's graph otherwise, and turns a member's stack overflow
+into an error naming the function, the bound and how to raise it, checked outside whatever
+XLA compiled. Inside a caller's XLA function nothing can raise (XLA compiles assertions to
+nothing): the overflowed members' results are NaN / the dtype's minimum / False, a warning
+says so when the call is traced, and `with_failures` hands the failure codes out of the
+caller's function to `check` outside it.
 """
+
+import warnings
 
 import tensorflow as tf
 
@@ -32,7 +37,17 @@ def autobatch(fn, max_stack_depth=None, max_steps=None, jit_compile=False):
   Returns:
     `batched(*inputs)`: one tensor per parameter of `fn`, batch on axis 0; returns `fn`'s
     results (a tensor, or a tuple) batched the same way. `batched.program` is the compiled
-    basic-block program as text.
+    basic-block program as text. `batched.with_failures(*inputs)` returns `(results,
+    failures)`, one failure code per member (0: none), and `batched.check(failures)` raises
+    the error they stand for: inside your own `jit_compile=True` function, where nothing can
+    raise, return the codes and check them outside it.
+
+  Raises:
+    InvalidArgumentError: a member's recursion went past `max_stack_depth`, or it was still
+      running after `max_steps` (eagerly, in a graph not compiled by XLA, and after an
+      eager `jit_compile=True` call). Inside a caller's XLA function the failed members'
+      results are NaN (floats), the dtype's minimum (integers) or False instead, with a
+      warning when the call is traced.
 
   Example:
     >>> def fib(n):
@@ -72,38 +87,76 @@ class Batched:
 
   @tf.autograph.experimental.do_not_convert    # graph-building code, not the user's
   def __call__(self, *inputs):
+    results, failures = self.with_failures(*inputs)
+    if not engine_bridge.compiled_by_xla():
+      results = self.check(failures, results)
+    return results[0] if len(results) == 1 else tuple(results)
+
+  @tf.autograph.experimental.do_not_convert
+  def with_failures(self, *inputs):
+    """`(results, failures)`: `fn`'s results as a tuple, whatever their count, and one
+    failure code per member (int32, 0: none) for `check`, which raises what they stand
+    for. Nothing is checked here: inside your own `jit_compile=True` function, where
+    nothing can raise, return the codes from it and `check` them outside."""
     inputs = [tf.convert_to_tensor(x) for x in inputs]
     types = self._check(inputs)
     program = self._program(types)
+    if tf.executing_eagerly() or (self.jit_compile and not engine_bridge.compiled_by_xla()):
+      return self._compiled(program, types)(*inputs)   # checked outside what XLA compiled
+    if engine_bridge.compiled_by_xla() and (self.max_stack_depth or self.max_steps):
+      self._warn_unchecked()
+    with dims.ints():   # the program is ours; the user's TF1 graph may index Dimensions
+      return vm.run(program, inputs, self.max_stack_depth, self.max_steps)
+
+  def check(self, failures, results=()):
+    """Raises the error `failures` (from `with_failures`) stand for, naming the first
+    failed member's function, the bound and how to raise it: at once when eager, as an
+    assertion `results` wait for in a graph. Returns `results`. Under XLA, which compiles
+    assertions to nothing, call it outside your compiled function."""
+    program = self._last
     if tf.executing_eagerly():
-      graph_fn = self._eager.get(types)
-      if graph_fn is None:
-        signature = [tf.TensorSpec([None] + list(t.shape), t.dtype) for t in types]
-        graph_fn = tf.function(lambda *xs: vm.run(program, xs, self.max_stack_depth,
-                                                          self.max_steps),
-                               input_signature=signature, jit_compile=self.jit_compile,
-                               autograph=False)
-        self._eager[types] = graph_fn
-      results, overflow = graph_fn(*inputs)
-      failed = tf.where(overflow != 0)[:, 0].numpy().tolist()
+      failed = tf.where(failures != 0)[:, 0].numpy().tolist()
       if failed:
-        code = int(overflow[failed[0]])
+        code = int(failures[failed[0]])
         raise tf.errors.InvalidArgumentError(
             None, None, self._failure(program, code) + f" (batch members {failed[:10]})")
-    else:
-      with dims.ints():   # the program is ours; the user's TF1 graph may index Dimensions
-        results, overflow = vm.run(program, inputs, self.max_stack_depth, self.max_steps)
-      if not engine_bridge.static_shapes_wanted():
-        results = self._checked(program, results, overflow)
-    return results[0] if len(results) == 1 else tuple(results)
+      return results
+    return self._checked(program, results, failures)
+
+  def _compiled(self, program, types):
+    """The VM for `types` in a `tf.function` of its own (XLA-compiled with `jit_compile`)."""
+    graph_fn = self._eager.get(types)
+    if graph_fn is None:
+      signature = [tf.TensorSpec([None] + list(t.shape), t.dtype) for t in types]
+      graph_fn = tf.function(lambda *xs: vm.run(program, xs, self.max_stack_depth,
+                                                self.max_steps),
+                             input_signature=signature, jit_compile=self.jit_compile,
+                             autograph=False)
+      self._eager[types] = graph_fn
+    return graph_fn
+
+  def _warn_unchecked(self):
+    """Says, when a caller's XLA function traces the call, that failures cannot raise."""
+    steps = "" if self.max_steps is None else f" (or that runs past max_steps={self.max_steps})"
+    warnings.warn(
+        f"autobatch({self.fn.__name__}) inside a jit_compile=True function cannot raise: "
+        "XLA compiles assertions to nothing. A member whose recursion exceeds "
+        f"max_stack_depth={self.max_stack_depth}{steps} gives NaN (floats), the dtype's "
+        "minimum (integers) or False. "
+        "To raise instead, call batched.with_failures(...) inside, return its failure codes, "
+        "and call batched.check(failures) outside the compiled function; or raise "
+        "max_stack_depth", RuntimeWarning, stacklevel=3)
 
   def _failure(self, program, code):
+    name = self.fn.__name__
     if code == vm.STEPS_EXHAUSTED:
-      return (f"autobatch({self.fn.__name__}): a member was still running after "
-              f"max_steps={self.max_steps} steps; pass a larger max_steps")
-    return (f"autobatch({self.fn.__name__}): the recursion of "
-            f"{program.functions[code - 1].name} exceeded max_stack_depth="
-            f"{self.max_stack_depth}; pass a larger max_stack_depth")
+      return (f"autobatch({name}): a member was still running after max_steps="
+              f"{self.max_steps} steps; pass a larger max_steps to autobatch({name}, "
+              "max_steps=...)")
+    larger = 2 * (self.max_stack_depth or 1)    # (None: stacks grow and never overflow)
+    return (f"autobatch({name}): the recursion of {program.functions[code - 1].name} "
+            f"exceeded max_stack_depth={self.max_stack_depth}; pass a larger one, e.g. "
+            f"autobatch({name}, max_stack_depth={larger})")
 
   def _checked(self, program, results, overflow):
     """`results` behind an assertion that no member failed, naming the first failure."""

@@ -30,7 +30,9 @@ _LIBRARY_PREFIXES = ("tensorflow", "keras", "numpy", "vectorize", "converters", 
 def build(fn):
   """The IR `Program` of `fn`: entry function first, then the functions it calls."""
   sources = _Discovery(fn)
-  functions = tuple(_Translator(f, sources).function() for f in sources.program_functions)
+  counts = _result_counts(sources)
+  functions = tuple(_Translator(f, sources, counts).function()
+                    for f in sources.program_functions)
   return ir.Program(functions=functions, main=sources.names[fn])
 
 
@@ -69,6 +71,17 @@ class _Source:
                     and _is_user_function(self.namespace.get(c.func.id))]
     self.has_control = any(isinstance(n, _CONTROL) for n in ast.walk(node)) or sum(
         isinstance(n, ast.Return) for n in ast.walk(node)) > 1
+    self.local_names = {a.arg for a in node.args.args} | {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+  def calls_program_function(self, node, program_functions):
+    """The program function `node` calls by name (not a local of the same name), or None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+      return None
+    if node.func.id in self.local_names:
+      return None
+    callee = self.namespace.get(node.func.id)
+    return callee if callee in program_functions else None
 
   def line(self, node):
     return self.offset + getattr(node, "lineno", 1)
@@ -119,21 +132,57 @@ class _Discovery:
     return seen
 
 
+def _result_counts(discovery):
+  """Program function -> how many values it returns, read from its `return` statements as
+  Python would count them: a tuple's length, a returned program call's own count (`return
+  helper(...)` forwards every value `helper` returns), anything else one. Counts spread
+  through forwarding calls until nothing changes; a function whose returns all forward
+  calls of unknown count (no base case) counts one. Returns that disagree are type
+  inference's error, which names both."""
+  counts = {}
+  changed = True
+  while changed:
+    changed = False
+    for fn in discovery.program_functions:
+      if fn in counts:
+        continue
+      source = discovery.sources[fn]
+      for node in ast.walk(source.node):
+        count = _returned_count(node, source, discovery.names, counts)
+        if count is not None:
+          counts[fn] = count
+          changed = True
+          break
+  return {fn: counts.get(fn, 1) for fn in discovery.program_functions}
+
+
+def _returned_count(node, source, program_functions, counts):
+  """How many values `return ...` at `node` gives (None: not a return, or not known yet)."""
+  if not isinstance(node, ast.Return) or node.value is None:
+    return None
+  if isinstance(node.value, ast.Tuple):
+    return len(node.value.elts)
+  callee = source.calls_program_function(node.value, program_functions)
+  if callee is not None:
+    return counts.get(callee)
+  return 1
+
+
 class _Translator:
   """Statements of one program function -> blocks."""
 
-  def __init__(self, fn, discovery):
+  def __init__(self, fn, discovery, counts):
     self.source = discovery.sources[fn]
     self.names = discovery.names
     self.name = discovery.names[fn]
+    self.counts = counts
     node = self.source.node
     args = node.args
     if (args.vararg or args.kwarg or args.kwonlyargs or args.defaults or args.posonlyargs):
       raise self.error(node, f"`{node.name}` takes *args, **kwargs, keyword-only or default "
                        "parameters", "Give it plain positional parameters")
     self.params = tuple(a.arg for a in args.args)
-    self.locals = set(self.params) | {
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    self.locals = set(self.source.local_names)      # grows by the temporaries
     self.blocks = []          # [label, body list, terminator]
     self.counter = itertools.count()
     self.temps = itertools.count()
@@ -291,7 +340,7 @@ class _Translator:
     start = args[0] if len(args) > 1 else ast.Constant(0)
     stop = args[1] if len(args) > 1 else args[0]
     step = args[2] if len(args) > 2 else ast.Constant(1)
-    counter = f"_pc_i{next(self.temps)}"
+    counter = f"{ir.COUNTER_PREFIX}{next(self.temps)}"
     self.locals.add(counter)
     self.compute((self.var(counter),), start, s)
     stop_var = self.value_var(stop, s)
@@ -330,8 +379,13 @@ class _Translator:
   def _Return(self, s):
     if s.value is None:
       raise self.error(s, "`return` without a value", "Return the per-example result")
-    elements = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
-    values = tuple(self.value_var(e, s) for e in elements)
+    callee = self.source.calls_program_function(s.value, self.names)
+    if callee is not None:          # `return helper(...)`: every value helper returns
+      values = tuple(self.temp() for _ in range(self.counts[callee]))
+      self.call(s.value, values)
+    else:
+      elements = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+      values = tuple(self.value_var(e, s) for e in elements)
     self.terminate(ir.Return(values, self.source.line(s)))
 
   # --- expressions --------------------------------------------------------------------------
@@ -353,7 +407,7 @@ class _Translator:
     return temp
 
   def temp(self):
-    name = f"_pc_t{next(self.temps)}"
+    name = f"{ir.TEMPORARY_PREFIX}{next(self.temps)}"
     self.locals.add(name)
     return self.var(name)
 
@@ -382,8 +436,7 @@ class _Translator:
     expr = _Hoister(self, s).visit(_copy(expr))
     reads = tuple(sorted({self.var(n.id) for n in ast.walk(expr)
                           if isinstance(n, ast.Name) and n.id in self.locals}))
-    literal = isinstance(expr, ast.Constant) and isinstance(expr.value, (int, float)) and (
-        not isinstance(expr.value, bool))
+    literal = _is_python_arithmetic(expr, self.locals)
     self.emit(ir.Assign(targets, ast.unparse(expr), reads, self.source.line(s), literal))
 
 
@@ -455,6 +508,25 @@ class _Hoister(ast.NodeTransformer):
     return self._refuse(node, "a comprehension")
 
   visit_GeneratorExp = visit_SetComp = visit_DictComp = visit_ListComp
+
+
+_ARITHMETIC = (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Load)
+
+
+def _is_python_arithmetic(expr, local_names):
+  """Whether `expr` is arithmetic on Python numbers and local variables only (`0`, `1 + n`,
+  `count + 1`, `k`): a Python number when every variable it reads holds one, whose dtype
+  then yields to the values it meets (type inference's *weak* types)."""
+  for node in ast.walk(expr):
+    if isinstance(node, ast.Constant):
+      if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+        return False
+    elif isinstance(node, ast.Name):
+      if node.id not in local_names:
+        return False
+    elif not isinstance(node, _ARITHMETIC):
+      return False
+  return True
 
 
 def _copy(node):

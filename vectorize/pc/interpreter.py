@@ -20,7 +20,7 @@ def run(program, *inputs, max_steps=10**6):
 
 
 def _call(program, f, args, budget):
-  env = dict(zip(f.params, args))
+  env = {p: _as(program.types[p], x) for p, x in zip(f.params, args)}
   blocks = {b.label: b for b in f.blocks}
   block = f.blocks[0]
   while True:
@@ -38,11 +38,18 @@ def _call(program, f, args, budget):
         env.update(zip(instruction.targets, results))
     term = block.terminator
     if isinstance(term, ir.Return):
-      return tuple(env[v] for v in term.values)
+      return tuple(_as(t, env[v]) for t, v in zip(program.returns[f.name], term.values))
     if isinstance(term, ir.Branch):
       block = blocks[term.if_true if bool(env[term.cond]) else term.if_false]
     else:
       block = blocks[term.label]
+
+
+def _as(var_type, value):
+  """`value` at the dtype inference gave the parameter or result it is passed to (a Python
+  number's dtype yields: `return 0` in a function returning int64), as lowering's moves
+  do."""
+  return tf.cast(value, var_type.dtype) if value.dtype != var_type.dtype else value
 
 
 def _run_lowered(program, inputs, max_steps):

@@ -21,13 +21,30 @@ def owner(var):
   return var.partition(".")[0]
 
 
+TEMPORARY_PREFIX = "_pc_t"    # the frontend's names for a subexpression's value
+COUNTER_PREFIX = "_pc_i"      # ... and for a `for` loop's counter
+
+
+def describe(var):
+  """How an error names a variable: the user's own name, or what a frontend name holds
+  (an error names the line, so the user can find the value)."""
+  name = local_name(var)
+  if name.startswith(COUNTER_PREFIX):
+    return "the `for` loop's counter"
+  if name.startswith(TEMPORARY_PREFIX):
+    return "a value computed on this line"
+  return f"`{name}`"
+
+
 class Assign(NamedTuple):
   """`targets = expr`: straight-line per-example Python (no calls of program functions)."""
   targets: Tuple[str, ...]
   expr: str
   reads: Tuple[str, ...]
   line: int
-  literal: bool = False   # expr is a Python number: its dtype yields to other assignments
+  literal: bool = False   # expr is arithmetic on Python numbers and variables: while every
+                          # variable it reads holds a Python number, so does it, and its
+                          # dtype yields to the values it meets (type inference)
 
   def __str__(self):
     return f"{', '.join(self.targets)} = {self.expr}"

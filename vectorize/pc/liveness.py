@@ -8,7 +8,7 @@ are those a recursive call must save.
 
 from vectorize.errors import ConversionError
 from vectorize.pc import ir
-from vectorize.pc.ir import local_name
+from vectorize.pc.ir import describe
 from vectorize.pc.straight_line import defines, uses
 
 
@@ -28,7 +28,7 @@ def _unbound_error(f, var):
   lines = [getattr(i, "line", f.line) for b in f.blocks for i in b.body + (b.terminator,)
            if var in set(uses(i)) | set(getattr(i, "args", ())) | set(_terminator_uses(i))]
   return ConversionError(f"{f.filename}:{min(lines, default=f.line)}: autobatch: "
-                         f"`{local_name(var)}` may be used before it is assigned. Assign it "
+                         f"{describe(var)} may be used before it is assigned. Assign it "
                          "on every path before this line.")
 
 

@@ -7,6 +7,7 @@ all three share how an `Assign`'s expression is evaluated (`evaluate`).
 
 import ast
 import functools
+import linecache
 
 import tensorflow as tf
 
@@ -28,8 +29,8 @@ def evaluate(assign, namespace, values, types=None, where=""):
   except ConversionError:
     raise
   except Exception as e:  # the user's expression: name its line
-    raise ConversionError(f"{where}:{assign.line}: autobatch: `{assign}` failed for one "
-                          f"example: {type(e).__name__}: {e}") from e
+    raise ConversionError(f"{where}:{assign.line}: autobatch: {_shown(assign, where)} failed "
+                          f"for one example: {type(e).__name__}: {e}") from e
   results = (result,) if len(assign.targets) == 1 else _unpack(result, assign, where)
   out = []
   for target, value in zip(assign.targets, results):
@@ -43,12 +44,19 @@ def evaluate(assign, namespace, values, types=None, where=""):
   return out
 
 
+def _shown(assign, where):
+  """The user's own line for an error about `assign`, or the assignment itself where the
+  line cannot be read (the IR's form names frontend temporaries the user never wrote)."""
+  text = linecache.getline(where, assign.line).strip()
+  return f"`{text}`" if text else f"`{assign}`"
+
+
 def _unpack(result, assign, where):
   if tf.is_tensor(result) and result.shape.rank:
     result = tf.unstack(result)
   if not isinstance(result, (tuple, list)) or len(result) != len(assign.targets):
-    raise ConversionError(f"{where}:{assign.line}: autobatch: `{assign}` does not give "
-                          f"{len(assign.targets)} values")
+    raise ConversionError(f"{where}:{assign.line}: autobatch: {_shown(assign, where)} does "
+                          f"not give {len(assign.targets)} values")
   return tuple(result)
 
 
@@ -91,8 +99,7 @@ class StraightLine:
         env.update(zip(instruction.targets,
                        evaluate(instruction, namespace, values, self.types, self.where)))
       elif isinstance(instruction, ir.Move):
-        env.update((t, self.cast(t, env[s]))
-                   for t, s in zip(instruction.targets, instruction.sources))
+        env.update(self.moved(instruction, env))
       elif isinstance(instruction, (ir.Pop, ir.Peek)):
         env[instruction.var] = next(popped)
       elif isinstance(instruction, ir.Push):
@@ -101,6 +108,13 @@ class StraightLine:
         raise TypeError(f"not a straight-line instruction: {instruction}")
     outputs = pushed + [env[w] for w in self.writes]
     return outputs + [env[self.cond]] if self.cond else outputs
+
+  def moved(self, move, env):
+    """A `Move`'s targets and values, every source read before any target is written: it
+    is a parallel copy (the tail call `rotate(b, c, a)` moves `a, b, c <- b, c, a`, and
+    `c` must take the old `a`, not the `b` just moved into `a`)."""
+    values = [self.cast(t, env[s]) for t, s in zip(move.targets, move.sources)]
+    return list(zip(move.targets, values))
 
   def cast(self, var, value):
     want = self.types.get(var) if self.types is not None else None
