@@ -917,14 +917,7 @@ def _egcd_py(a, b):
   return g, y, x - (a // b) * y
 
 
-LITERAL_REASON = (
-    "a Python int literal returned beside int64 values (`return a, 1, 0`) is typed int32, "
-    "and the next arithmetic with an int64 value fails: ConversionError `... = x - a // b * "
-    "y` failed for one example: TypeError: Input 'y' of 'Mul' Op has type int32 that does "
-    "not match type int64; the per-example Python run gives int64 results")
 
-
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=LITERAL_REASON)
 @pytest.mark.parametrize("mode", MODES)
 def test_extended_gcd_returns_triple_int64(mode):
   a = tf.constant([240, 17, 2 ** 40, 5, 0], tf.int64)
@@ -968,17 +961,8 @@ def sum_of_triangles(n):
   return total
 
 
-RANGE_INT64_REASON = (
-    "`for k in range(n)` with an int64 tensor n: the loop counter is int32 and the loop test "
-    "fails: ConversionError `..._pc_t2 = _pc_i0 < n` failed for one example: TypeError: "
-    "Input 'y' of 'Less' Op has type int64 that does not match type int32")
 
-
-@pytest.mark.parametrize("dtype", [
-    tf.int32,
-    pytest.param(tf.int64, marks=pytest.mark.xfail(
-        strict=True, raises=vectorize.ConversionError, reason=RANGE_INT64_REASON))],
-    ids=["int32", "int64"])
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64], ids=["int32", "int64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_for_range_tensor_n_calling_recursion(mode, dtype):
   n = tf.constant([4, 0, 7, 1, 10], dtype)
@@ -1071,23 +1055,12 @@ def scaled_sum(n):
   return s
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "an accumulator started at a Python int literal (`s = 0`) and added int64 values "
-    "(`s += n * (k + 1)`, n int64) fails: ConversionError `scaled_sum.s = s + n * (k + 1)` "
-    "failed for one example: TypeError: Input 'y' of 'Mul' Op has type int32 that does not "
-    "match type int64 (the range counter k is int32 too; a float64 accumulator started at "
-    "`0.0` works)"))
 @pytest.mark.parametrize("mode", MODES)
 def test_int64_accumulator_started_at_literal(mode):
   n = tf.constant([5, 2 ** 40, -3], tf.int64)
   check(scaled_sum, mode, n, dtypes=tf.int64, expected=6 * n.numpy(), max_stack_depth=1)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "`return 1` in a function of an int64 (or float64, with `return 1.0`) input is typed "
-    "int32 (float32): ConversionError `factorial._pc_t2 = n * _pc_t3` failed for one example: "
-    "TypeError: Input 'y' of 'Mul' Op has type int32 that does not match type int64; the "
-    "per-example Python run gives int64 n!"))
 @pytest.mark.parametrize("mode", MODES)
 def test_factorial_int64_literal_base_case(mode):
   n = tf.constant([5, 0, 20, 1], tf.int64)
@@ -1103,11 +1076,6 @@ def parse_forwarding(row):
   return expr(row, 0)                          # expr returns (value, position)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "`return helper(...)` where helper returns a tuple is refused at compile time: "
-    "ConversionError `expr` returns 2 values, 1 expected here. Unpack as many names as it "
-    "returns. The README promises tuples in and out and calls nested in expressions, and "
-    "lists no such limit; the per-example Python run returns the tuple"))
 @pytest.mark.parametrize("mode", MODES)
 def test_forward_tuple_result(mode):
   rows = tf.constant([3, 0, 1], tf.int32)
