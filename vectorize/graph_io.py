@@ -390,3 +390,29 @@ def function_graph(op, attr_name):
   if fn is None:
     raise ValueError(f"Function {name} used by {op.name} is not in the graph's library.")
   return fn.graph
+
+
+_PASS_THROUGH = ("Identity", "StopGradient")
+
+
+def keep_unlowered(loop_output):
+  """Marks the While op that made `loop_output` (a `tf.while_loop` output) never to be
+  lowered to Switch / Merge; returns `loop_output`.
+
+  A loop that runs the user's ops as they are (the whole body, or one op that calls
+  functions) must survive Grappler. Lowered, Grappler's constant folding anchors a constant
+  it makes for the arithmetic optimizer's rewrite of `c + tf.reduce_sum(c)` (a reduction
+  over no axes) on the exit port of the loop's Switch: the body's value is dead, and the
+  whole function returns empty float32 tensors of shape (0,) (fuzz seeds 3100017, 3100245;
+  plain TF shows it too). A functional While's body is optimized as a function, where the
+  rewrite is right. Eager loops have no op; nothing to mark.
+  """
+  if tf.executing_eagerly() or not isinstance(loop_output, tf.Tensor):
+    return loop_output
+  op = loop_output.op
+  while op.type in _PASS_THROUGH:
+    op = op.inputs[0].op
+  if op.type in ("While", "StatelessWhile"):
+    op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
+                 attr_value_pb2.AttrValue(b=False))
+  return loop_output

@@ -85,8 +85,10 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal):
     return (i + 1,) + tuple(a.write(i, t) for a, t in zip(arrays, tensors))
 
   arrays = tuple(tf.TensorArray(t.dtype, size=n, element_shape=t.shape) for t in outputs)
-  arrays = tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0),) + arrays,
-                         parallel_iterations=1)[1:]
+  results = tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0),) + arrays,
+                          parallel_iterations=1)
+  graph_io.keep_unlowered(results[0])
+  arrays = results[1:]
   flat = []
   for array, t in zip(arrays, outputs):
     out = array.stack()
