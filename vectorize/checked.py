@@ -33,7 +33,6 @@ import contextlib
 
 from absl import logging
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python import pywrap_tfe
 
 from vectorize import graph_io
@@ -195,8 +194,7 @@ def _run_once(graph, i, captured, wanted):
     with tf.control_dependencies(deps):
       new_op = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
     if op.type in _CONDITIONALS:   # kept functional: Grappler's rewrite of a lowered cond
-      new_op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
-                       attr_value_pb2.AttrValue(b=False))   # changes its values (README)
+      graph_io.keep_unlowered(new_op)   # changes its values (README)
     emitted[op] = new_op
     env.update((t.ref(), o) for t, o in zip(op.outputs, new_op.outputs))
   return [env[t.ref()] for t in wanted]

@@ -393,26 +393,28 @@ def function_graph(op, attr_name):
 
 
 _PASS_THROUGH = ("Identity", "StopGradient")
+_FUNCTIONAL_CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf", "Case",
+                            "StatelessCase")
 
 
-def keep_unlowered(loop_output):
-  """Marks the While op that made `loop_output` (a `tf.while_loop` output) never to be
-  lowered to Switch / Merge; returns `loop_output`.
+def keep_unlowered(made):
+  """Marks the While, If or Case op `made` (or that made the tensor `made`, through
+  identities) never to be lowered to Switch / Merge; returns `made`.
 
-  A loop that runs the user's ops as they are (the whole body, or one op that calls
-  functions) must survive Grappler. Lowered, Grappler's constant folding anchors a constant
-  it makes for the arithmetic optimizer's rewrite of `c + tf.reduce_sum(c)` (a reduction
-  over no axes) on the exit port of the loop's Switch: the body's value is dead, and the
+  A loop or conditional that runs the user's ops as they are (the whole body, the checked
+  mode's copy of it) must survive Grappler. Lowered, Grappler's constant folding anchors a
+  constant it makes for the arithmetic optimizer's rewrite of `c + tf.reduce_sum(c)` (a
+  reduction over no axes) on the exit port of a Switch: the body's value is dead, and the
   whole function returns empty float32 tensors of shape (0,) (fuzz seeds 3100017, 3100245;
-  plain TF shows it too). A functional While's body is optimized as a function, where the
-  rewrite is right. Eager loops have no op; nothing to mark.
+  plain TF shows it too). A functional op's body is optimized as a function, where the
+  rewrite is right. Eager code has no op; nothing to mark.
   """
-  if tf.executing_eagerly() or not isinstance(loop_output, tf.Tensor):
-    return loop_output
-  op = loop_output.op
+  if tf.executing_eagerly() or not isinstance(made, (tf.Tensor, tf.Operation)):
+    return made
+  op = made.op if isinstance(made, tf.Tensor) else made
   while op.type in _PASS_THROUGH:
     op = op.inputs[0].op
-  if op.type in ("While", "StatelessWhile"):
+  if op.type in _FUNCTIONAL_CONTROL_FLOW:
     op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
                  attr_value_pb2.AttrValue(b=False))
-  return loop_output
+  return made
