@@ -345,9 +345,16 @@ def _unlowered_cond(pred, true_fn, false_fn):
   to the conditional its gradient builds (seed 1000268 went wrong in gradients only).
   `true_fn` is branch 0: the gradient gives the forward Case branch 0's output shapes, and
   the zeros' static leading 0 would be wrong for the taken branch.
+
+  The branch index is one Grappler cannot fold (a PlaceholderWithDefault, an identity
+  where it runs): where n is static, the parts, and so both indices of a guard nested in a
+  guard, are constants to it, and with a gradient taken (the forward Case then has its
+  intermediates as outputs) its constant folding, function inlining, dependency and
+  arithmetic passes together drop a variable update in the inner branch (fuzz seed
+  3100399; plain TF's `indexed_case` of constant indices shows it too).
   """
-  return cond_v2.indexed_case(tf.where(pred, 0, 1), [true_fn, false_fn],
-                              lower_using_switch_merge=False)
+  index = tf.raw_ops.PlaceholderWithDefault(input=tf.where(pred, 0, 1), shape=[])
+  return cond_v2.indexed_case(index, [true_fn, false_fn], lower_using_switch_merge=False)
 
 
 def _zeros_can_stand_for(outputs):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import vectorize
 from tests import testing
 
 X = tf.constant([1, 3, 0, 2], tf.int32)
@@ -37,3 +38,40 @@ def _reductions_of_a_scalar(i):
 @pytest.mark.parametrize("body", [_cond_sum, _switch_case_sum, _reductions_of_a_scalar])
 def test_reduction_over_no_axes_in_a_branch(body, n, mode):
   testing.assert_allclose(testing.run_pfor(body, n, mode), testing.sequential(body, n))
+
+
+ROWS = tf.constant([[1, 2, 3], [10, 20, 30], [100, 200, 300], [5, 5, 5]])
+IMAGES = tf.constant(np.random.default_rng(1).standard_normal([4, 3, 4]).astype(np.float32))
+
+
+def _nested_write_body(v, images):
+  """An update in a branch nested in a branch whose output a gradient reads: with n static
+  the guards' branch indices are constants to Grappler, which dropped the update (fuzz seed
+  3100399)."""
+  def body(i):
+    row, image = ROWS[i], images[i]
+
+    def odd():
+      tf.cond(i < 2, lambda: (v.assign_add(row), row)[1], lambda: row)
+      return image * 2.0
+    return tf.cond(tf.math.floormod(i, 2) == 1, odd, lambda: image)
+  return body
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_nested_update_survives_a_gradient_of_the_outer_branch(n):
+  v = tf.Variable(tf.zeros([3], tf.int32))
+
+  @tf.function(autograph=False)
+  def gradient(images):
+    with tf.GradientTape() as tape:
+      tape.watch(images)
+      out = vectorize.pfor(_nested_write_body(v, images), n, fallback_to_while_loop=False)
+      loss = tf.reduce_sum(out * out)
+    return tape.gradient(loss, images)   # IndexedSlices: densified inside, it hid the bug
+
+  actual = tf.convert_to_tensor(gradient(IMAGES))
+  np.testing.assert_array_equal(v.numpy(), ROWS[1].numpy())
+  np.testing.assert_allclose(actual, 2.0 * IMAGES * np.where(
+      (np.arange(4) % 2 == 1) & (np.arange(4) < n), 4.0, 1.0)[:, None, None] *
+      (np.arange(4) < n)[:, None, None], rtol=1e-6)
