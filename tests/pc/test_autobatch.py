@@ -255,6 +255,14 @@ def test_int64_inputs_give_int64_results(name, batch, mode):
   assert got.dtype == tf.int64
 
 
+def test_the_count_of_inputs_is_checked_before_their_batch_sizes():
+  batched = vectorize.autobatch(programs.fib)
+  with pytest.raises(ConversionError, match=r"`fib` takes 1 inputs, got 2"):
+    batched(tf.constant([1, 2]), tf.constant([1, 2, 3]))
+  with pytest.raises(ConversionError, match=r"`fib` takes 1 inputs, got 0"):
+    batched()
+
+
 def _check_sized(name, batch, mode):
   case = programs.BY_NAME[name]
   inputs = [tf.constant(x) for x in case.inputs(7, np.random.default_rng(5))]
