@@ -255,6 +255,32 @@ def test_int64_inputs_give_int64_results(name, batch, mode):
   assert got.dtype == tf.int64
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["while_true", "while_true_break"])
+def test_while_true_is_left_only_by_return_or_break(name, batch, mode):
+  """`while True:` left only by `return` was refused ("can reach its end without
+  `return`"): the loop's false edge, which a literal test never takes, fell off the end."""
+  _check_sized(name, batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+def test_chained_comparison_is_an_elementwise_and(batch, mode):
+  """`lo <= DATA[j] < hi` asked a traced tensor for its truth value (Python's `and` between
+  the two comparisons): OperatorNotAllowedInGraphError."""
+  _check_sized("chained_comparison", batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["conditional_expression", "float_conditional_expression"])
+def test_conditional_expression_is_a_select(name, batch, mode):
+  """`a if a >= 0 else -a` asked a traced tensor for its truth value
+  (OperatorNotAllowedInGraphError); it is now a select of both sides."""
+  _check_sized(name, batch, mode)
+
+
 def test_the_count_of_inputs_is_checked_before_their_batch_sizes():
   batched = vectorize.autobatch(programs.fib)
   with pytest.raises(ConversionError, match=r"`fib` takes 1 inputs, got 2"):

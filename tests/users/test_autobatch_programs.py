@@ -1216,7 +1216,7 @@ def test_matrix_power_by_squaring_float32_with_gradient(mode):
 
 
 # ---------------------------------------------------------------------------------------
-# Python idioms the README's grammar suggests, refused with unclear errors
+# Python idioms the README's grammar suggests (once refused with unclear errors)
 # ---------------------------------------------------------------------------------------
 
 def isqrt_ceil(n):
@@ -1227,10 +1227,6 @@ def isqrt_ceil(n):
     k += 1
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "`while True:` left only by `return` is refused: ConversionError `isqrt_ceil` can reach "
-    "its end without `return`. Return a value on every path; it cannot (no break), and the "
-    "per-example Python run returns ceil(sqrt(n))"))
 @pytest.mark.parametrize("mode", MODES)
 def test_while_true_with_return_inside(mode):
   n = tf.constant([10, 0, 16, 17], tf.int32)
@@ -1247,11 +1243,6 @@ def in_range_count(lo, hi):
   return count
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "a chained comparison `lo <= x < hi` (Python's `lo <= x and x < hi`; README: `and` acts "
-    "elementwise) fails: ConversionError `... = lo <= THRESH_DATA[0, j] < hi` failed for one "
-    "example: OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` "
-    "is not allowed"))
 @pytest.mark.parametrize("mode", MODES)
 def test_chained_comparison(mode):
   lo = tf.constant([0, 5, 10], tf.int32)
@@ -1269,12 +1260,6 @@ def abs_gcd(a, b):
   return abs_gcd(b, a % b)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "a conditional expression `a if a >= 0 else -a` without any compiled call in it (the "
-    "README forbids only calls of compiled functions inside conditional expressions) fails: "
-    "ConversionError `abs_gcd.a = a if a >= 0 else -a` failed for one example: "
-    "OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` is not "
-    "allowed"))
 @pytest.mark.parametrize("mode", MODES)
 def test_conditional_expression_without_calls(mode):
   a = tf.constant([-48, 17, 0], tf.int32)
