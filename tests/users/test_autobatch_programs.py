@@ -91,9 +91,8 @@ def check(fn, mode, *args, dtypes=None, rtol=None, atol=None, expected=None, gra
   if mode == "eager":
     run = forward_and_grad
   else:
-    # The function form: one trace for every batch size. Under XLA, concrete shapes (an
-    # input_signature with an unknown batch breaks gradients there: see
-    # test_xla_gradient_with_unknown_batch_signature).
+    # The function form: one trace for every batch size. Under XLA, concrete shapes
+    # (test_xla_gradient_with_unknown_batch_signature takes an unknown batch there).
     run = tf.function(forward_and_grad, input_signature=_specs(args) if mode == "function"
                       else None, jit_compile=(mode == "xla"))
   batches = [args] if mode == "xla" else [args, tuple(a[:1] for a in args)]
@@ -1085,12 +1084,6 @@ def test_forward_tuple_result(mode):
         max_stack_depth=20)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InternalError, reason=(
-    "the gradient of an autobatched function inside tf.function(jit_compile=True, "
-    "input_signature=[TensorSpec([None], ...)]) fails to compile: InternalError Invalid "
-    "TensorList shape: (f32[200,0], s32[]), expected: (f32[200,4], s32[]) "
-    "[[{{node while/TensorListPushBack_..}}]]; the same function without the "
-    "input_signature, or without jit_compile, gives the right gradient"))
 def test_xla_gradient_with_unknown_batch_signature():
   x = tf.constant([1.0, 2.0, 0.5, 3.0], tf.float32)
   n = tf.constant([20, 0, 7, 3], tf.int64)
