@@ -274,6 +274,52 @@ def count_digits(n):
   return 1 + count_digits(n // 10)
 
 
+def isqrt_ceil(n):
+  """`while True:` left only by `return`: the function cannot fall off its end."""
+  k = 0
+  while True:
+    if k * k >= n:
+      return k
+    k += 1
+
+
+def first_power_at_least(n):
+  """`while 1:` left by `break`: the code after the loop runs."""
+  p = 1
+  while 1:
+    if p >= n:
+      break
+    p *= 2
+  return p
+
+
+def count_in_range(lo, hi):
+  """How many of DATA's values v satisfy lo <= v < hi: a chained comparison whose middle
+  operand reads a captured tensor."""
+  count = 0
+  for j in range(DATA.shape[0]):
+    if lo <= DATA[j] < hi:
+      count += 1
+  return count
+
+
+def abs_gcd(a, b):
+  """gcd of |a| and |b|, the sign dropped by a conditional expression (a select)."""
+  a = a if a >= 0 else -a
+  if b == 0:
+    return a
+  return abs_gcd(b, a % b)
+
+
+def soft_clip(x, n):
+  """Conditional expressions on floats, one with a Python number on a side, under a
+  recursion: a select has a gradient."""
+  y = x * x if x < 1.0 else 2.0 * x - 1.0
+  if n == 0:
+    return y if y < 4.0 else 4.0
+  return soft_clip(0.5 * y + 0.25, n - 1)
+
+
 def _interval(n, rng):
   """Float64 intervals [a, b] of sin(x * x), which oscillates faster to the right, and a
   tolerance."""
@@ -325,6 +371,17 @@ CASES = [
         rng.integers(30, 40, size=[n]).astype(np.int64),), 40),
     Case("digits_int64", count_digits, lambda n, rng: (
         rng.integers(0, 10**15, size=[n]).astype(np.int64),), 16),
+    Case("while_true", isqrt_ceil, _ints(0, 50), 1),
+    Case("while_true_break", first_power_at_least, _ints(0, 100), 1),
+    Case("chained_comparison", count_in_range, lambda n, rng: (
+        rng.integers(0, 6, size=[n]).astype(np.float32),
+        rng.integers(1, 11, size=[n]).astype(np.float32)), 1),
+    Case("conditional_expression", abs_gcd, lambda n, rng: (
+        rng.integers(-60, 60, size=[n]).astype(np.int32),
+        rng.integers(-60, 60, size=[n]).astype(np.int32)), 12),
+    Case("float_conditional_expression", soft_clip, lambda n, rng: (
+        rng.uniform(-2.0, 3.0, size=[n]).astype(np.float32),
+        rng.integers(0, 4, size=[n]).astype(np.int32)), 4, grad=(0,)),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -157,7 +157,8 @@ def _reference_gradient(fn, inputs, k):
     with tf.GradientTape() as tape:
       tape.watch(args[k])
       total = tf.reduce_sum(fn(*args))
-    grads.append(tape.gradient(total, args[k]))
+    grad = tape.gradient(total, args[k])             # None: the result ignores it
+    grads.append(np.zeros_like(args[k]) if grad is None else grad)
   return np.stack(grads)
 
 
@@ -180,6 +181,35 @@ def test_gradients_equal_per_example_gradients(case, mode):
   assert np.all(np.isfinite(got.numpy()))
   np.testing.assert_allclose(got, _reference_gradient(case.fn, inputs, k), rtol=1e-4,
                              atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["power", "vector"])
+def test_gradients_with_a_batch_known_only_at_run_time(name, batch, mode):
+  """Under XLA with an input_signature of batch None, the gradient failed to compile:
+  "Invalid TensorList shape: (f32[50,0], s32[]), expected: (f32[50,2], s32[])" (the
+  dispatch's values kept for the gradient were [0]-long in the blocks that did not compute
+  them)."""
+  case = programs.BY_NAME[name]
+  inputs = [tf.constant(x) for x in case.inputs(4, np.random.default_rng(7))]
+  inputs = [x[:1] for x in inputs] if batch == 1 else inputs
+  k = case.grad[0]
+  batched = vectorize.autobatch(case.fn, max_stack_depth=case.depth, max_steps=200)
+
+  def gradient(*xs):
+    xs = list(xs)
+    with tf.GradientTape() as tape:
+      tape.watch(xs[k])
+      total = tf.reduce_sum(batched(*xs))
+    return tape.gradient(total, xs[k])
+
+  if mode != "eager":
+    signature = [tf.TensorSpec([None] + list(x.shape[1:]), x.dtype) for x in inputs]
+    gradient = tf.function(gradient, input_signature=signature, jit_compile=(mode == "xla"))
+  got = gradient(*inputs)
+  np.testing.assert_allclose(got, _reference_gradient(case.fn, [x.numpy() for x in inputs], k),
+                             rtol=1e-4, atol=1e-5)
 
 
 def test_xla_without_a_stack_bound_asks_for_one():
@@ -253,6 +283,40 @@ def test_int64_inputs_give_int64_results(name, batch, mode):
   (`return 1 + count_digits(n // 10)`) were int32, wrapping past 2**31 (Hanoi's moves)."""
   (got,) = _check_sized(name, batch, mode)
   assert got.dtype == tf.int64
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["while_true", "while_true_break"])
+def test_while_true_is_left_only_by_return_or_break(name, batch, mode):
+  """`while True:` left only by `return` was refused ("can reach its end without
+  `return`"): the loop's false edge, which a literal test never takes, fell off the end."""
+  _check_sized(name, batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+def test_chained_comparison_is_an_elementwise_and(batch, mode):
+  """`lo <= DATA[j] < hi` asked a traced tensor for its truth value (Python's `and` between
+  the two comparisons): OperatorNotAllowedInGraphError."""
+  _check_sized("chained_comparison", batch, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("name", ["conditional_expression", "float_conditional_expression"])
+def test_conditional_expression_is_a_select(name, batch, mode):
+  """`a if a >= 0 else -a` asked a traced tensor for its truth value
+  (OperatorNotAllowedInGraphError); it is now a select of both sides."""
+  _check_sized(name, batch, mode)
+
+
+def test_the_count_of_inputs_is_checked_before_their_batch_sizes():
+  batched = vectorize.autobatch(programs.fib)
+  with pytest.raises(ConversionError, match=r"`fib` takes 1 inputs, got 2"):
+    batched(tf.constant([1, 2]), tf.constant([1, 2, 3]))
+  with pytest.raises(ConversionError, match=r"`fib` takes 1 inputs, got 0"):
+    batched()
 
 
 def _check_sized(name, batch, mode):

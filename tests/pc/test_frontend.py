@@ -103,3 +103,45 @@ def test_refusals_name_the_line_and_the_fix(fn, words):
   assert "test_frontend.py:" in message
   line = int(message.split("test_frontend.py:")[1].split(":")[0])
   assert fn.__code__.co_firstlineno <= line <= fn.__code__.co_firstlineno + 5
+
+
+def test_while_true_has_no_exit_of_its_own():
+  program = frontend.build(programs.isqrt_ceil)
+  assert not any(i.cond.endswith(("True", "1")) for i in instructions(program, ir.Branch))
+  assert len(instructions(program, ir.Branch)) == 1          # only the `if` inside
+
+
+def test_a_chained_comparison_evaluates_each_operand_once():
+  (test,) = [a for a in instructions(frontend.build(programs.count_in_range), ir.Assign)
+             if "DATA" in a.expr and "<" in a.expr]
+  assert test.expr.count("DATA[j]") == 1 and "__autobatch_chain__" in test.expr
+
+
+fib = programs.fib
+
+
+def _later_operand_call(n):
+  if 0 <= n < fib(n):
+    return 1
+  return 0
+
+
+def _conditional_call(n):
+  return fib(n) if n > 2 else n
+
+
+def _first_operands_call(n):
+  if fib(n) <= n < 10:
+    return 1
+  return 0
+
+
+def test_calls_python_may_skip_are_refused():
+  with pytest.raises(ConversionError, match=r"test_frontend.py:\d+: .*chained comparison"):
+    frontend.build(_later_operand_call)
+  with pytest.raises(ConversionError, match=r"test_frontend.py:\d+: .*conditional expression"):
+    frontend.build(_conditional_call)
+  program = frontend.build(_first_operands_call)
+  calls = [i for b in program.function("_first_operands_call").blocks for i in b.body
+           if isinstance(i, ir.Call)]
+  assert [c.callee for c in calls] == ["fib"]

@@ -91,9 +91,8 @@ def check(fn, mode, *args, dtypes=None, rtol=None, atol=None, expected=None, gra
   if mode == "eager":
     run = forward_and_grad
   else:
-    # The function form: one trace for every batch size. Under XLA, concrete shapes (an
-    # input_signature with an unknown batch breaks gradients there: see
-    # test_xla_gradient_with_unknown_batch_signature).
+    # The function form: one trace for every batch size. Under XLA, concrete shapes
+    # (test_xla_gradient_with_unknown_batch_signature takes an unknown batch there).
     run = tf.function(forward_and_grad, input_signature=_specs(args) if mode == "function"
                       else None, jit_compile=(mode == "xla"))
   batches = [args] if mode == "xla" else [args, tuple(a[:1] for a in args)]
@@ -1085,12 +1084,6 @@ def test_forward_tuple_result(mode):
         max_stack_depth=20)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InternalError, reason=(
-    "the gradient of an autobatched function inside tf.function(jit_compile=True, "
-    "input_signature=[TensorSpec([None], ...)]) fails to compile: InternalError Invalid "
-    "TensorList shape: (f32[200,0], s32[]), expected: (f32[200,4], s32[]) "
-    "[[{{node while/TensorListPushBack_..}}]]; the same function without the "
-    "input_signature, or without jit_compile, gives the right gradient"))
 def test_xla_gradient_with_unknown_batch_signature():
   x = tf.constant([1.0, 2.0, 0.5, 3.0], tf.float32)
   n = tf.constant([20, 0, 7, 3], tf.int64)
@@ -1216,7 +1209,7 @@ def test_matrix_power_by_squaring_float32_with_gradient(mode):
 
 
 # ---------------------------------------------------------------------------------------
-# Python idioms the README's grammar suggests, refused with unclear errors
+# Python idioms the README's grammar suggests (once refused with unclear errors)
 # ---------------------------------------------------------------------------------------
 
 def isqrt_ceil(n):
@@ -1227,10 +1220,6 @@ def isqrt_ceil(n):
     k += 1
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "`while True:` left only by `return` is refused: ConversionError `isqrt_ceil` can reach "
-    "its end without `return`. Return a value on every path; it cannot (no break), and the "
-    "per-example Python run returns ceil(sqrt(n))"))
 @pytest.mark.parametrize("mode", MODES)
 def test_while_true_with_return_inside(mode):
   n = tf.constant([10, 0, 16, 17], tf.int32)
@@ -1247,11 +1236,6 @@ def in_range_count(lo, hi):
   return count
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "a chained comparison `lo <= x < hi` (Python's `lo <= x and x < hi`; README: `and` acts "
-    "elementwise) fails: ConversionError `... = lo <= THRESH_DATA[0, j] < hi` failed for one "
-    "example: OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` "
-    "is not allowed"))
 @pytest.mark.parametrize("mode", MODES)
 def test_chained_comparison(mode):
   lo = tf.constant([0, 5, 10], tf.int32)
@@ -1269,12 +1253,6 @@ def abs_gcd(a, b):
   return abs_gcd(b, a % b)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "a conditional expression `a if a >= 0 else -a` without any compiled call in it (the "
-    "README forbids only calls of compiled functions inside conditional expressions) fails: "
-    "ConversionError `abs_gcd.a = a if a >= 0 else -a` failed for one example: "
-    "OperatorNotAllowedInGraphError: Using a symbolic `tf.Tensor` as a Python `bool` is not "
-    "allowed"))
 @pytest.mark.parametrize("mode", MODES)
 def test_conditional_expression_without_calls(mode):
   a = tf.constant([-48, 17, 0], tf.int32)

@@ -11,6 +11,7 @@ says so when the call is traced, and `with_failures` hands the failure codes out
 caller's function to `check` outside it.
 """
 
+import inspect
 import warnings
 
 import tensorflow as tf
@@ -171,6 +172,7 @@ class Batched:
 
   def _check(self, inputs):
     name = self.fn.__name__
+    self._check_arity(inputs)
     if not inputs:
       raise ConversionError(f"autobatch({name}): give at least one input (the batch axis "
                             "comes from the inputs)")
@@ -188,6 +190,19 @@ class Batched:
       raise ConversionError(f"autobatch({name}): the inputs' batch sizes differ: "
                             f"{sorted(sizes)}")
     return tuple(ir.VarType(x.dtype, tuple(x.shape[1:].as_list())) for x in inputs)
+
+  def _check_arity(self, inputs):
+    """The count of inputs first: a wrong count is the mistake to name, before whatever
+    else about the inputs follows from it (batch sizes that differ, an input with no batch
+    axis). Parameters other than plain positional ones are the frontend's error."""
+    try:
+      params = inspect.signature(self.fn).parameters.values()
+    except (TypeError, ValueError):     # not a Python function: the frontend says so
+      return
+    plain = all(p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    if plain and len(params) != len(inputs):
+      raise ConversionError(f"autobatch: `{self.fn.__name__}` takes {len(params)} inputs, "
+                            f"got {len(inputs)}")
 
   def _program(self, types):
     if types not in self._programs:

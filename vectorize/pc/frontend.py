@@ -4,7 +4,8 @@ Reads the source with `ast`. Program functions are the entry function and every 
 reaches by name (closure, then globals) that recurses, holds control flow, or reaches a
 program function; other user functions stay inside expressions and are traced like TF ops.
 `and`, `or` and `not` become elementwise logic on booleans (a traced tensor has no truth
-value).
+value), and so do chained comparisons (`lo <= x < hi`, each operand evaluated once); a
+conditional expression becomes a select of both sides; `while True:` has no exit of its own.
 Calls of program functions are hoisted out of expressions into `Call` instructions (their
 arguments first, left to right), `if` / `while` / `for ... in range(...)` become branches,
 and every `return` ends its block. What the mode cannot take is a `ConversionError` naming
@@ -15,6 +16,7 @@ import ast
 import functools
 import inspect
 import itertools
+import operator
 import textwrap
 import types
 
@@ -323,9 +325,11 @@ class _Translator:
       raise self.error(s, "`while ... else`", "Move the else part after the loop")
     header = self.new_block()
     self.start(header)
-    cond = self.value_var(s.test, s)
     body, after = self.new_block(), self.new_block()
-    self.terminate(ir.Branch(cond, body[0], after[0]))
+    if _is_always_true(s.test):     # `while True:` is left only by break and return
+      self.terminate(ir.Goto(body[0]))
+    else:
+      self.terminate(ir.Branch(self.value_var(s.test, s), body[0], after[0]))
     self.loop_body(body, header, after, s.body)
     self.current = after
 
@@ -441,6 +445,7 @@ class _Translator:
 
 
 _AND, _OR, _NOT = "__autobatch_and__", "__autobatch_or__", "__autobatch_not__"
+_CHAIN, _IF_ELSE = "__autobatch_chain__", "__autobatch_if_else__"
 SELECT = "__autobatch_select__"      # what block fusion turns a copy under a branch into
 
 
@@ -460,7 +465,30 @@ def _none(value):
   return tf.logical_not(_boolean(value))
 
 
-_LOGIC = {_AND: _all, _OR: _any, _NOT: _none, SELECT: tf.where}
+_COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
+                ast.NotEq: "!="}
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+            "==": operator.eq, "!=": operator.ne}
+
+
+def _chain(symbols, *operands):
+  """`a < b <= c` as `(a < b) & (b <= c)`: each operand is evaluated once, as an argument,
+  and every comparison is made (no short circuit, like `and` on tensors)."""
+  return _all(*[_COMPARE[s](a, b) for s, a, b in zip(symbols, operands, operands[1:])])
+
+
+def _if_else(cond, if_true, if_false):
+  """`if_true if cond else if_false` as a select of two values already computed. A Python
+  number on one side takes the tensor's dtype on the other (`x if c else 0`, float `x`)."""
+  if not tf.is_tensor(if_true) and tf.is_tensor(if_false):
+    if_true = tf.constant(if_true, if_false.dtype)
+  if not tf.is_tensor(if_false) and tf.is_tensor(if_true):
+    if_false = tf.constant(if_false, if_true.dtype)
+  return tf.where(_boolean(cond), if_true, if_false)
+
+
+_LOGIC = {_AND: _all, _OR: _any, _NOT: _none, _CHAIN: _chain, _IF_ELSE: _if_else,
+          SELECT: tf.where}
 
 
 class _Hoister(ast.NodeTransformer):
@@ -498,8 +526,27 @@ class _Hoister(ast.NodeTransformer):
     operand = self.visit(node.operand)
     return ast.copy_location(ast.Call(ast.Name(_NOT, ast.Load()), [operand], []), node)
 
+  def visit_Compare(self, node):
+    """`lo <= x < hi` (Python's `lo <= x and x < hi`, `x` evaluated once): elementwise `and`
+    of the comparisons. Python skips the operands after a false comparison, so a call of a
+    program function there is refused, as in `and`."""
+    symbols = [_COMPARISONS.get(type(op)) for op in node.ops]
+    if len(node.ops) == 1 or None in symbols:
+      return self.generic_visit(node)
+    for operand in node.comparators[1:]:
+      self._refuse(operand, "a chained comparison's later operands")
+    operands = [self.visit(x) for x in [node.left] + node.comparators]
+    symbols = ast.Tuple([ast.Constant(s) for s in symbols], ast.Load())
+    return ast.copy_location(ast.Call(ast.Name(_CHAIN, ast.Load()), [symbols] + operands, []),
+                             node)
+
   def visit_IfExp(self, node):
-    return self._refuse(node, "a conditional expression")
+    """`a if c else b`: a select of both sides, each computed for every member (like an
+    `if` on a tensor between plain assignments); a call of a program function in it is
+    refused (it would run whichever side is taken)."""
+    self._refuse(node, "a conditional expression")
+    parts = [self.visit(x) for x in (node.test, node.body, node.orelse)]
+    return ast.copy_location(ast.Call(ast.Name(_IF_ELSE, ast.Load()), parts, []), node)
 
   def visit_Lambda(self, node):
     return self._refuse(node, "a lambda")
@@ -527,6 +574,13 @@ def _is_python_arithmetic(expr, local_names):
     elif not isinstance(node, _ARITHMETIC):
       return False
   return True
+
+
+def _is_always_true(test):
+  """Whether a loop test is a truthy literal (`while True:`, `while 1:`): the loop then
+  has no exit of its own, so the code after it runs only where a `break` goes there (and
+  the function cannot fall off its end through it)."""
+  return isinstance(test, ast.Constant) and bool(test.value)
 
 
 def _copy(node):

@@ -59,6 +59,15 @@ class Masked:
   def gather(self, x):
     return tf.gather(x, self.positions) if self.borrowing else x
 
+  def sized_here(self):
+    """The same members, their count read again from the mask's shape in the graph being
+    built: a gradient that recomputes a block reads the mask the forward step kept, whose
+    shape XLA knows, but the count as the forward step computed it would come back as a
+    value, not a compile-time constant (XLA refuses it as a `range`'s size)."""
+    out = Masked.__new__(Masked)
+    out.__dict__.update(self.__dict__, n=tf.shape(self.mask)[0])
+    return out
+
   def update(self, x, new):
     """`new` in every lane: the VM keeps only the members' lanes of what a block writes
     to registers, after the dispatch (`registers.Layout.written`)."""

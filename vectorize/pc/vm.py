@@ -13,8 +13,11 @@ recursion depths wait at the same block and run together. A block that only copi
 (argument and result moves, pushes and pops) skips the engine.
 """
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from vectorize.errors import ConversionError
 from vectorize.pc import engine_bridge, ir
@@ -97,6 +100,9 @@ class _Machine:
   def run(self, inputs):
     main = self.program.function(self.program.main)
     batch = tf.shape(inputs[0])[0]
+    # Under XLA, a batch unknown when traced breaks the dispatch's own gradient (see
+    # `_switch_recomputed_in_gradient`): the gradient then computes each block again.
+    self.recomputed = self.masked and inputs[0].shape[0] is None
     self.lanes = tf.range(batch)
     values = {"pc": self.index[main.entry], _pointer(_RETURN): 1}
     values.update((p, x) for p, x in zip(main.params, inputs) if p in self.registers)
@@ -142,9 +148,15 @@ class _Machine:
     pc = self.registers.read(files, "pc")
     members = (Masked(tf.equal(pc, k), self.lanes, first) if self.masked else
                Partitioned(tf.equal(pc, k), self.lanes))
-    slots, stacked = tf.switch_case(k, [
-        lambda block=block: self.block(block, files, stacks, members)
-        for block in self.blocks])
+    if self.recomputed:
+      branches = [lambda files, stacks, block=block: self.block(
+          block, files, stacks, members.sized_here()) for block in self.blocks]
+      slots, stacked = _switch_recomputed_in_gradient(k, branches, (files, stacks),
+                                                      self.eager_values_as_constants)
+    else:
+      slots, stacked = tf.switch_case(k, [
+          lambda block=block: self.block(block, files, stacks, members)
+          for block in self.blocks])
     files = self.registers.written(files, k, slots, members.mask if self.masked else None)
     if self.masked:
       pushed, stacked = stacked, dict(stacks)
@@ -157,6 +169,21 @@ class _Machine:
         stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
     return [{"files": files, "stacks": stacked,
              "next": self.lowest(self.registers.read(files, "pc"))}]
+
+  @contextlib.contextmanager
+  def eager_values_as_constants(self):
+    """The program's expressions read the eager tensors of their namespaces as constants
+    of the graph being built, not as captures: a gradient that recomputes a block inside
+    the loop's gradient cannot capture an eager tensor (TF's while_v2 loses such a capture:
+    "... is in list of internal_captures but not in internal_capture_to_output")."""
+    saved = self.namespaces
+    self.namespaces = {name: {k: tf.constant(v) if isinstance(v, ops.EagerTensor) else v
+                              for k, v in namespace.items()}
+                       for name, namespace in saved.items()}
+    try:
+      yield
+    finally:
+      self.namespaces = saved
 
   def lowest(self, pc):
     """The block to run next (the lowest program counter) and the first lane waiting
@@ -210,7 +237,7 @@ class _Machine:
     slots = self.registers.slots_of(self.index[block.label], regs)
     if not self.masked:
       return slots, self.stack_buffers
-    return self.staged(block, slots, pending)
+    return self.staged(block, slots, pending, members)
 
   def integral(self, block, code):
     """Whether every value `block` reads, pops, pushes or writes is an integer or bool."""
@@ -219,7 +246,7 @@ class _Machine:
     return all(v in self.types and (self.types[v].dtype.is_integer or
                                     self.types[v].dtype == tf.bool) for v in names)
 
-  def staged(self, block, slots, pending):
+  def staged(self, block, slots, pending, members):
     """The block's register slots, and per stack type the values it pushes (`[width,
     batch, ...]`, padded by repeating a value: `step` writes padding to no row). No rows:
     `step` reads them from the pointers, so a block that pushes nothing needs no "no
@@ -233,7 +260,7 @@ class _Machine:
         values[key] = tf.stack(rows + [rows[0]] * (width - len(rows)))
       elif width:            # (zeros: a slot's rows would be computed twice)
         t = self.stacks.types[key]
-        values[key] = tf.zeros(tf.stack([width, tf.shape(self.lanes)[0]] + list(t.shape)),
+        values[key] = tf.zeros(tf.stack([width, members.n] + list(t.shape)),
                                t.dtype)
     return slots, values
 
@@ -292,6 +319,54 @@ class _View:
 
   def __setitem__(self, var, value):
     self.written[var] = value
+
+
+def _switch_recomputed_in_gradient(index, branches, state, recomputing):
+  """`tf.switch_case(index, [lambda: b(*state) for b in branches])` whose gradient is a
+  switch of the branches' own gradients, each computing its branch again from `state`.
+
+  For the dispatch under XLA with a batch unknown when traced. Differentiated directly, a
+  `tf.switch_case` hands the values its gradient needs out as extra outputs, and TF gives
+  the branches that do not compute one a stand-in of its static shape with each unknown
+  size 0 (cond_v2's FakeParams): the loop's gradient keeps those outputs in per-step lists,
+  and XLA refuses lists whose rows are [0] in one branch and [batch] in another ("Invalid
+  TensorList shape"); a switch recomputed and differentiated as a whole meets the same
+  stand-ins in XLA's dynamic padder. Here the loop keeps only the switch's inputs, plain
+  tensors, and each branch is differentiated inside the gradient's own switch, which
+  nothing differentiates. Gradients reach the float tensors of `state` and the variables
+  the branches read; the tensors they read from elsewhere (the block index, the members)
+  are integers. `recomputing()` is the context the branches are computed again in.
+  """
+  structure = []
+
+  def unflat(flat):
+    return tf.nest.pack_sequence_as(state, list(flat))
+
+  @tf.custom_gradient
+  def forward(*flat):
+    results = tf.switch_case(index, [lambda b=b: b(*unflat(flat)) for b in branches])
+    structure.append(results)
+
+    def gradient(*dys, variables=None):
+      sources = [x for x in flat if x.dtype.is_floating] + list(variables or [])
+
+      def branch_gradient(branch):
+        with tf.GradientTape(watch_accessed_variables=False) as tape, recomputing():
+          tape.watch(sources)
+          ys = tf.nest.flatten(branch(*unflat(flat)))
+        pairs = [(y, dy) for y, dy in zip(ys, dys) if y.dtype.is_floating and dy is not None]
+        grads = tape.gradient([y for y, _ in pairs], sources,
+                              output_gradients=[dy for _, dy in pairs],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [tf.convert_to_tensor(g) for g in grads]    # (a gather's are sparse)
+
+      grads = iter(tf.switch_case(index, [lambda b=b: branch_gradient(b) for b in branches]))
+      flat_grads = [next(grads) if x.dtype.is_floating else None for x in flat]
+      return flat_grads if variables is None else (flat_grads, list(grads))
+    return tf.nest.flatten(results), gradient
+
+  outputs = forward(*tf.nest.flatten(state))
+  return tf.nest.pack_sequence_as(structure[0], outputs)
 
 
 def dispatch_order(program):
