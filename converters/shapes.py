@@ -81,6 +81,15 @@ def _convert_identity(op):
   return Value(op.rebuild([v.tensor])[0], v.stacked)
 
 
+@register("PlaceholderWithDefault")
+def _convert_placeholder_with_default(op):
+  """Passes the value through as a value Grappler cannot fold, as in the body (a guard's
+  branch index, `control_flow/cond.py`, which a pfor inside a pfor's body emits)."""
+  v = op.value(0)
+  return Value(tf.raw_ops.PlaceholderWithDefault(input=v.tensor, shape=v.tensor.shape),
+               v.stacked)
+
+
 @register("IdentityN")
 def _convert_identity_n(op):
   """Each output keeps its input's stackedness."""
