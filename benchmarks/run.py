@@ -1,6 +1,6 @@
 """The benchmark suite: every workload in every form, checked, timed, tabled and plotted.
 
-  python -m benchmarks.run --quick              # about 15 minutes on a quiet 2-core CPU
+  python -m benchmarks.run --quick              # about 8 minutes on a quiet 2-core CPU
   python -m benchmarks.run                      # all batch sizes, more rounds
   python -m benchmarks.run --suite=linear,convnet --batch_sizes=32,128 --noxla
   python -m benchmarks.run --suite=varlen_lstm,varlen_lstm_constants --nograppler
@@ -32,7 +32,7 @@ from benchmarks import workload as wl
 from benchmarks import workloads
 
 flags.DEFINE_bool("quick", False,
-                  "fewer batch sizes and rounds (about 15 minutes on 2 quiet cores)")
+                  "fewer batch sizes and rounds (about 8 minutes on 2 quiet cores)")
 flags.DEFINE_list("suite", [], "workloads to run (default: all): " +
                   ",".join(w.name for w in workloads.ALL))
 flags.DEFINE_list("batch_sizes", [], "batch sizes (output sizes for jacobians) to run, "
