@@ -18,6 +18,7 @@ from vectorize.control_flow import while_loop  # pylint: disable=unused-import  
 from vectorize import checked
 from vectorize import chunk_outputs
 from vectorize import dims
+from vectorize import graph_io
 from vectorize import options
 from vectorize import ragged
 from vectorize import trace as trace_module
@@ -173,6 +174,7 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed, report):
   results = tf.while_loop(lambda start, *_: start < n, step,
                           (tf.constant(0),) + tuple(p.initial() for p in places),
                           parallel_iterations=1)
+  graph_io.keep_unlowered_where_grappler_breaks(results[0])
   flat = []
   for p, store, t in zip(places, results[1:], body.graph.outputs):
     out = p.result(store)
@@ -206,6 +208,7 @@ def _convert_in_static_chunks(body, n, chunk_size, fallback_allowed, report):
   results = tf.while_loop(lambda k, *_: k < full, step,
                           (tf.constant(0),) + tuple(p.initial() for p in places),
                           parallel_iterations=1, maximum_iterations=full)  # XLA's gradient
+  graph_io.keep_unlowered_where_grappler_breaks(results[0])
   flat = [p.result(store) for p, store in zip(places, results[1:])]
   done = [results[0]]
   if rest:

@@ -397,6 +397,56 @@ _FUNCTIONAL_CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf", "Cas
                             "StatelessCase")
 
 
+# Ops Grappler may remove when their shapes or constants make them no-ops (a reshape or
+# transpose that keeps every element in place, a reduction over no axes, a product with 1),
+# and the additions it then folds into a product by 2.
+_MAYBE_NO_OP = ("Identity", "StopGradient", "Reshape", "Transpose", "Squeeze", "ExpandDims",
+                "BroadcastTo", "Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "Mul",
+                "RealDiv", "Div", "AddV2", "Add", "Sub")
+_ADDITIONS = ("Add", "AddV2", "AddN")
+
+
+def keep_unlowered_where_grappler_breaks(made):
+  """`keep_unlowered(made)` where the While op that made `made` holds an addition of a value
+  to itself through ops that may be no-ops (`c + tf.transpose(c)` of size-1 axes,
+  `c + tf.reshape(c, tf.shape(c))`); returns `made`.
+
+  Lowered, Grappler rewrites such a sum into a product with a constant it anchors on the
+  loop's Switch, and the whole function returns an empty float32 (0,) tensor: a wrong
+  answer (TensorFlow's bug, plain `tf.function` loops show it; fuzz seed 3100245). A
+  functional While costs vectorized loops 1.3-1.6x (varlen_lstm), so only such loops stay
+  functional.
+  """
+  if tf.executing_eagerly() or not isinstance(made, tf.Tensor):
+    return made
+  op = made.op
+  while op.type in _PASS_THROUGH:
+    op = op.inputs[0].op
+  graphs = [getattr(op, "_body_graph", None), getattr(op, "_cond_graph", None)]
+  if any(g is not None and _adds_a_value_to_itself(g) for g in graphs):
+    keep_unlowered(op)
+  return made
+
+
+def _adds_a_value_to_itself(graph):
+  def root(t):
+    while t.op.type in _MAYBE_NO_OP and t.op.inputs:
+      varying = [x for x in t.op.inputs if x.op.type != "Const"]
+      if t.op.type in ("Reshape", "Transpose", "Squeeze", "ExpandDims", "BroadcastTo",
+                       "Sum", "Mean", "Max", "Min", "Prod", "All", "Any"):
+        varying = [t.op.inputs[0]]
+      if len(varying) != 1:
+        break
+      t = varying[0]
+    return t
+  for op in graph.get_operations():
+    if op.type in _ADDITIONS and len(op.inputs) >= 2:
+      roots = [root(t) for t in op.inputs]
+      if len({r.ref() for r in roots}) < len(roots):
+        return True
+  return False
+
+
 def keep_unlowered(made):
   """Marks the While, If or Case op `made` (or that made the tensor `made`, through
   identities) never to be lowered to Switch / Merge; returns `made`.

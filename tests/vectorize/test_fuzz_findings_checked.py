@@ -273,18 +273,20 @@ def test_gather_of_tensor_array_of_per_iteration_size_in_cond():
 # Fuzz seed 3100245 (grad and tf1 modes, fallback off: "shape (0,) != expected (4,)",
 # "Retval[0] does not have value"), shrunk by hand. The same Grappler bug as seed 3100017
 # (tests/vectorize/test_whole_body_loop.py), in the loop the while converter emits.
-@pytest.mark.xfail(strict=True, reason="control_flow/while_loop.py emits its loop lowered "
-                   "to Switch / Merge; Grappler rewrites `c + tf.transpose(c)` (a transpose "
-                   "of size-1 axes, a no-op) into 2 * c with the constant anchored on the "
-                   "Switch's exit port, and the function returns empty float32 (0,) tensors. "
-                   "graph_io.keep_unlowered on its two tf.while_loop results fixes it (tried); "
-                   "left undone until a quiet-machine benchmark shows what a functional While "
-                   "costs the vectorized loops (varlen_lstm)")
-def test_noop_transpose_added_to_a_loop_value_in_a_converted_loop():
-  """With a static n (with a run-time n it passed, here and in the fuzz run)."""
+@pytest.mark.parametrize("no_op", [
+    lambda c: tf.transpose(c, [0, 2, 1, 3]),
+    lambda c: tf.reshape(c, tf.shape(c)),
+    lambda c: tf.reduce_sum(c, []) * 1,
+])
+def test_noop_transpose_added_to_a_loop_value_in_a_converted_loop(no_op):
+  """With a static n (with a run-time n it passed, here and in the fuzz run). Lowered to
+  Switch / Merge, Grappler turns `c + no_op(c)` into a product with a constant anchored on
+  the Switch and the function returns an empty float32 (0,) tensor (plain TF's own loops
+  too): the while converter keeps such loops functional
+  (graph_io.keep_unlowered_where_grappler_breaks)."""
   def body(i):
     def step(j, c):
-      return j + 1, c + tf.transpose(c, [0, 2, 1, 3])
+      return j + 1, c + no_op(c)
     return tf.while_loop(lambda j, c: j < tf.math.floormod(i, 3) + 1, step,
                          (0, tf.ones([1, 1, 1, 1], tf.int32)))[1]
   testing.check_against_loop(body, 3, mode="function")

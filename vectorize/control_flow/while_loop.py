@@ -327,6 +327,7 @@ def _invariant_loop(op, cond_graph, body, init, flags, reads):
                         enumerate(zip(init, flags))],
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
+  graph_io.keep_unlowered_where_grappler_breaks(results[0])
   return [Value(t, f) for t, f in zip(results, flags)]
 
 
@@ -382,6 +383,7 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
       _pack(state), shape_invariants=(invariants.live, invariants.values, invariants.carry),
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
+  graph_io.keep_unlowered_where_grappler_breaks(tf.nest.flatten(results)[0])
   return strategy.finals(_unpack(results, state), init, fixed)
 
 
