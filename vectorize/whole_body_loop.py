@@ -13,8 +13,12 @@ import tensorflow as tf
 from tensorflow.python.framework import func_graph
 
 from vectorize import graph_io
+from vectorize import iteration_outputs
+from vectorize import options
+from vectorize import ragged
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError
+from vectorize.values import stack
 
 VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
            "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
@@ -76,22 +80,35 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal):
   logging.warning("vectorize: the whole body runs as a sequential while loop, which is slow: "
                   "%s", refusal)
   fn = trace_module.autograph_like_caller(loop_fn)
-  outputs = traced.graph.outputs
+  # An output whose first axis the trace leaves unknown may differ in size per iteration:
+  # ragged, as the converted body returns it (not under XLA, which needs one size).
+  varying = [0 if options.static_shapes_wanted() else int(ragged.first_dim_varies(t.shape))
+             for t in traced.graph.outputs]
+  outputs = iteration_outputs.IterationOutputs(
+      traced.graph.outputs, varying, "the body runs as a sequential loop, and its")
 
   def step(i, *arrays):
     leaves = tf.nest.flatten(fn(i), expand_composites=False)
-    tensors = [tf.convert_to_tensor(leaf) for leaf, kind in zip(leaves, traced.kinds)
-               if kind == trace_module.TENSOR]
-    return (i + 1,) + tuple(a.write(i, t) for a, t in zip(arrays, tensors))
+    tensors = [tf.convert_to_tensor(part) for leaf, kind in zip(leaves, traced.kinds)
+               for part in _parts(leaf, kind)]
+    return (i + 1,) + outputs.write(arrays, i, tensors)
 
-  arrays = tuple(tf.TensorArray(t.dtype, size=n, element_shape=t.shape) for t in outputs)
-  results = tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0),) + arrays,
+  results = tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0),) + outputs.arrays(n),
                           parallel_iterations=1)
   graph_io.keep_unlowered(results[0])
-  arrays = results[1:]
   flat = []
-  for array, t in zip(arrays, outputs):
-    out = array.stack()
-    out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
+  for value, t in zip(outputs.values(results[1:], n, static_n), traced.graph.outputs):
+    out = ragged.output_tensor(value, n, stack)
+    if isinstance(out, tf.Tensor):
+      out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
     flat.append(out)
   return traced.pack(flat, [])
+
+
+def _parts(leaf, kind):
+  """The tensors the trace keeps for one output leaf (a RaggedTensor's components)."""
+  if kind == trace_module.TENSOR:
+    return [leaf]
+  if kind == trace_module.RAGGED:
+    return [leaf.flat_values] + list(leaf.nested_row_splits)
+  return []

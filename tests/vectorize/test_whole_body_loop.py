@@ -58,3 +58,52 @@ def test_body_survives_grappler_in_the_gradient():
   expected[0] = 1.0
   np.testing.assert_array_equal(gradient, expected)
   np.testing.assert_array_equal(out, testing.sequential(_doubling_body, 3))
+
+
+W = tf.Variable(0.0)
+X = tf.constant([[3, 1, 4], [1, 5, 9], [2, 6, 5], [3, 5, 8]])
+
+
+def _sized_outputs_body(i):
+  """A body that runs as a sequential loop (a variable assigned in a loop of i trips) and
+  returns values whose first axis differs per iteration: int32 `x[i, :i]`, a string row per
+  trip, a RaggedTensor it builds, a dense float and a TensorArray's stack (fuzz seed
+  3100301: 'Incompatible shapes during merge' before)."""
+  def write(j, c):
+    W.assign(W * 0.5 + c)
+    return j + 1, c * 2.0
+  _, total = tf.while_loop(lambda j, c: j < i, write, (0, 1.0))
+  ta = tf.TensorArray(tf.float32, size=i, element_shape=[2])
+  ta = tf.while_loop(lambda j, ta: j < i,
+                     lambda j, ta: (j + 1, ta.write(j, tf.fill([2], tf.cast(j, tf.float32)))),
+                     (0, ta))[1]
+  return {"prefix": X[i, :i],
+          "words": tf.strings.as_string(tf.range(i)),
+          "built": tf.RaggedTensor.from_row_lengths(tf.range(i * 2), [i, i]),
+          "total": total,
+          "stacked": ta.stack()}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_outputs_of_per_iteration_size(mode, n):
+  """Ragged where sizes differ, as tf.ragged.stack gives; the state the loop leaves."""
+  W.assign(0.0)
+  want = [_sized_outputs_body(tf.constant(i)) for i in range(n)]
+  want_state = W.numpy()
+  W.assign(0.0)
+  run = lambda m: vectorize.pfor(_sized_outputs_body, m)
+  if mode == "eager":
+    got = run(n)
+  elif mode == "function":
+    got = tf.function(lambda: run(n), autograph=False)()
+  else:
+    got = tf.function(run, autograph=False)(tf.constant(n))
+  assert W.numpy() == want_state
+  assert np.asarray(got["total"]).shape == (n,)
+  np.testing.assert_array_equal(got["total"], [w["total"] for w in want])
+  for key in ("prefix", "words", "stacked", "built"):
+    assert isinstance(got[key], tf.RaggedTensor), (key, type(got[key]))
+    assert got[key].shape[0] == n
+    if n:
+      assert got[key].to_list() == tf.ragged.stack([w[key] for w in want]).to_list(), key
