@@ -280,11 +280,11 @@ def _convert_cumulative(op):
   longest = tf.reduce_max(tf.concat([[0], rows.row_lengths], 0))
   shape = tf.concat([[op.ctx.n, longest], tf.shape(rows.values)[1:]], 0)
   if op.type == "Cumsum":
-    block = tf.scatter_nd(where, rows.values, shape)
+    block = indexing.scatter_nd(where, rows.values, shape)
   else:
     block = indexing.tensor_scatter_nd_update(tf.ones(shape, rows.dtype), where, rows.values)
   accumulated = op.rebuild([block, tf.constant(1, op.op.inputs[1].dtype)])[0]
-  return ragged.same_rows(tf.gather_nd(accumulated, where), rows)
+  return ragged.same_rows(indexing.gather_nd(accumulated, where), rows)
 
 
 def _integer_cumsum_along_rows(op, rows):

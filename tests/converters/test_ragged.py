@@ -188,6 +188,11 @@ BODIES = {
     "stack_rows_last_axis": lambda i: tf.stack([_rows(i), -_rows(i)], axis=-1),
     "cumsum_float_reverse_exclusive": lambda i: tf.cumsum(_rows(i) * 0.3, exclusive=True,
                                                           reverse=True),
+    # Rows of no values (fuzz seed 3100472: ScatterNd refused an empty block).
+    "cumsum_float_rows_of_no_values": lambda i: tf.cumsum(
+        tf.gather(tf.zeros([6, 0]), tf.range(LIMS[i])), axis=0),
+    "cumprod_rows_of_no_values_reverse": lambda i: tf.math.cumprod(
+        tf.gather(tf.ones([6, 2, 0]), tf.range(LIMS[i])), axis=0, reverse=True),
     "ragged_range_values": lambda i: tf.ragged.range(XI[i, :3], XI[i, 1:] + 2).flat_values,
     "ragged_range_scalar_bounds": lambda i: tf.ragged.range(LIMS[i]).flat_values * 2,
     "gather_nd_stacked_params": lambda i: tf.gather_nd(M[i], tf.where(M[i] > 0)),
