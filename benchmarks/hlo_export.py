@@ -19,11 +19,13 @@ hand-batched, vectorize and tf pfor, this script:
      update them, e.g. the DP-SGD step) is the reference the other machine checks against;
   2. lowers it with `experimental_get_compiler_ir()(stage="hlo_serialized")` (an
      HloModuleProto: it keeps large constants, which the text form elides); with
-     --stablehlo it also keeps `stage="stablehlo_serialized"`, a second route. Captured inputs become the entry
-     computation's parameters, in capture order (a resource variable becomes a parameter
-     of its value's type); variables the function assigns come back as extra outputs after
-     its own. The parameter list is read off the HLO's entry layout and matched with the
-     captured inputs; a mismatch is recorded, not guessed around;
+     --stablehlo it also keeps `stage="stablehlo_serialized"`, a second route. Captured
+     inputs become the entry computation's parameters, in capture order (a resource
+     variable becomes a parameter of its value's type); variables the function assigns
+     come back as extra outputs after its own, aliased with their parameters (TF updates
+     them in place; the runner feeds them to the next call). The parameter list is read
+     off the HLO's entry layout and matched with the captured inputs; a mismatch is
+     recorded, not guessed around;
   3. writes `modules/<workload>__<form>.hlo.pb.gz` (gzip: the protos repeat TF's source
      metadata; with --stablehlo also `.stablehlo.mlirbc`), each distinct
      input array once (`blobs/<hash>.npy.gz`; forms and workloads share weights), the
@@ -32,9 +34,10 @@ hand-batched, vectorize and tf pfor, this script:
      does not lower (an op XLA has no kernel for) is recorded with its error.
 
 TensorFlow lowers on its CPU device (XLA_CPU_JIT): it refuses `platform_name="GPU"` for
-functions holding resource variables when no GPU is present. The op-by-op lowering is the
-same for both devices for the ops these workloads use; XLA's own passes, which do differ,
-run on the other machine.
+functions holding resource variables when no GPU is present. TF's op-to-HLO kernels are
+shared by its CPU and GPU devices for the ops these workloads use, as far as known (not
+checked against a TF GPU lowering); XLA's own passes, which do differ by device, run on the
+other machine.
 
   python -m benchmarks.hlo_export --out=.gpu_hlo                  # the default set
   python -m benchmarks.hlo_export --out=/tmp/x --only=linear:64   # one workload, batch 64

@@ -12,9 +12,10 @@ pipeline) and times them.
 For each workload in the manifest (in its order, until --deadline), for the forms
 hand-batched, vectorize and tf pfor:
 
-  - compiles the module (HloModuleProto -> StableHLO with jaxlib's `hlo_to_stablehlo`, then
-    `Client.compile_and_load`; TensorFlow's own StableHLO export, where exported, is the
-    fallback), all modules up front on --compile_threads threads, before any is timed;
+  - compiles the module (HloModuleProto -> StableHLO with jaxlib's `hlo_to_stablehlo`, HLO
+    copies dropped (see `Runner.rewrite`), then `Client.compile_and_load`; TensorFlow's own
+    StableHLO export, where exported, is the fallback), all modules up front, before any
+    is timed (one at a time by default: 8 threads crashed the process on the H200);
   - puts the captured inputs (the workload's arrays and variables' values) on the device;
   - checks the first call's outputs against TensorFlow's (XLA on the CPU) reference: at the
     kept elements (all of a small output, else 16,384 evenly spaced ones) the largest
@@ -37,6 +38,7 @@ Writes --out (JSON, after every workload) and prints a table last.
 import argparse
 import concurrent.futures
 import gzip
+import io
 import json
 import os
 import re
@@ -102,6 +104,10 @@ class Runner:
       try:
         blob = self._read(path)
         module = self.xc._xla.mlir.hlo_to_stablehlo(blob) if route == "hlo" else blob  # pylint: disable=protected-access
+        module, rewrites = self.rewrite(module)
+        info.update(rewrites)
+        if self.args.portable_check:
+          self.xc._xla.mlir.serialize_portable_artifact(module, "1.0.0")  # pylint: disable=protected-access
         exe = self.backend.compile_and_load(module, self.devices, self.xc.CompileOptions())
       except Exception as e:  # pylint: disable=broad-except
         errors.append(f"{route}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
@@ -131,6 +137,52 @@ class Runner:
       return exe, info
     info["compile_errors"] = errors
     return None, info
+
+  def rewrite(self, module):
+    """(StableHLO bytecode, {rewrite: count}): the module as a PJRT plugin takes it.
+
+    `hlo_to_stablehlo` keeps HLO's `copy` (TF copies each variable it returns) as
+    `mhlo.copy`, which has no StableHLO form; JAX's CPU client compiles it, but a plugin
+    client (CUDA) serializes the module to portable StableHLO first and fails ("CHLO =>
+    [StableHLO+Shape] => StableHLO failed ... failed to legalize operation 'mhlo.copy'"):
+    seen on the H200, 2026-11-28, for every module that returns a variable. A copy of a
+    value is the value: its uses take its operand. With --precision=highest every dot and
+    convolution is asked for full float32 (DEFAULT lets the GPU round operands to TF32)."""
+    from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
+    from jax._src.lib.mlir import ir  # pylint: disable=g-import-not-at-top
+    counts = {"copies_dropped": 0}
+    with mlir.make_ir_context():
+      parsed = ir.Module.parse(module)
+      copies, contractions = [], []
+
+      def walk(op):
+        for region in op.regions:
+          for block in region.blocks:
+            for inner in block.operations:
+              walk(inner.operation)
+              name = inner.operation.name
+              if name == "mhlo.copy":
+                copies.append(inner.operation)
+              elif name in ("stablehlo.dot_general", "stablehlo.dot",
+                            "stablehlo.convolution"):
+                contractions.append(inner.operation)
+
+      walk(parsed.operation)
+      for op in copies:
+        op.result.replace_all_uses_with(op.operands[0])
+        op.erase()
+      counts["copies_dropped"] = len(copies)
+      if self.args.precision == "highest":
+        highest = ir.Attribute.parse(
+            "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]")
+        for op in contractions:
+          op.attributes["precision_config"] = highest
+        counts["precision_highest"] = len(contractions)
+      if not copies and self.args.precision != "highest":
+        return module, counts
+      out = io.BytesIO()
+      parsed.operation.write_bytecode(out)
+      return out.getvalue(), counts
 
   # ------------------------------------------------------------------ running
 
@@ -410,7 +462,9 @@ def main(argv=None):
   parser.add_argument("--out", default="hlo_results.json")
   parser.add_argument("--only", default="", help="workloads, comma-separated (default all)")
   parser.add_argument("--route", default="hlo", choices=("hlo", "stablehlo"))
-  parser.add_argument("--compile_threads", type=int, default=4)
+  parser.add_argument("--compile_threads", type=int, default=1,
+                      help="compile threads (8 crashed with a segmentation fault on the "
+                           "H200, 2026-11-28; 2 ran on the CPU)")
   parser.add_argument("--deadline", type=float, default=300.0,
                       help="seconds after which no further workload starts")
   parser.add_argument("--warmup", type=int, default=3)
@@ -421,6 +475,11 @@ def main(argv=None):
   parser.add_argument("--tolerance", type=float, default=1e-2,
                       help="largest relative error accepted against TF's CPU output (the "
                            "GPU's float32 matrix products may use TF32: about 1e-3)")
+  parser.add_argument("--precision", default="default", choices=("default", "highest"),
+                      help="highest: full float32 dots and convolutions (no TF32 on GPUs)")
+  parser.add_argument("--portable_check", action="store_true",
+                      help="serialize each module to portable StableHLO first, as a PJRT "
+                           "plugin (the CUDA one) does: a CPU run then fails where it would")
   parser.add_argument("--platform", default="",
                       help="refuse to run unless JAX's default device is this (e.g. gpu)")
   parser.add_argument("--table", default="",
