@@ -281,7 +281,8 @@ def _bool(value):
 
 def copy_op(op, inputs):
   """Re-emits `op` unchanged on new inputs; returns the new operation."""
-  return emit(op.type, inputs, attrs_of(op), op.graph, name=op.name)
+  return keep_unlowered_where_grappler_breaks(
+      emit(op.type, inputs, attrs_of(op), op.graph, name=op.name))
 
 
 def folded(op, inputs):
@@ -398,44 +399,60 @@ _FUNCTIONAL_CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf", "Cas
 
 
 # Ops Grappler may remove when their shapes or constants make them no-ops (a reshape or
-# transpose that keeps every element in place, a reduction over no axes, a product with 1),
-# and the additions it then folds into a product by 2.
-_MAYBE_NO_OP = ("Identity", "StopGradient", "Reshape", "Transpose", "Squeeze", "ExpandDims",
-                "BroadcastTo", "Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "Mul",
-                "RealDiv", "Div", "AddV2", "Add", "Sub")
+# transpose that keeps every element in place, a reduction over no axes, a cast to the same
+# type, a product with 1), and the additions it then folds into a product by 2.
+_SHAPE_ONLY = ("Identity", "StopGradient", "Reshape", "Transpose", "Squeeze", "ExpandDims",
+               "BroadcastTo", "Cast", "Sum", "Mean", "Max", "Min", "Prod", "All", "Any")
+_WITH_A_CONSTANT = ("Mul", "RealDiv", "Div", "AddV2", "Add", "Sub")
 _ADDITIONS = ("Add", "AddV2", "AddN")
 
 
 def keep_unlowered_where_grappler_breaks(made):
-  """`keep_unlowered(made)` where the While op that made `made` holds an addition of a value
-  to itself through ops that may be no-ops (`c + tf.transpose(c)` of size-1 axes,
-  `c + tf.reshape(c, tf.shape(c))`); returns `made`.
+  """`keep_unlowered(made)` where the While, If or Case op that made `made` runs (in a
+  function it calls, at any depth) an addition of a value to itself through ops that may be
+  no-ops (`c + tf.transpose(c)` of size-1 axes, `j + tf.reduce_sum(j)` of a scalar);
+  returns `made`.
 
-  Lowered, Grappler rewrites such a sum into a product with a constant it anchors on the
-  loop's Switch, and the whole function returns an empty float32 (0,) tensor: a wrong
-  answer (TensorFlow's bug, plain `tf.function` loops show it; fuzz seed 3100245). A
-  functional While costs vectorized loops 1.3-1.6x (varlen_lstm), so only such loops stay
-  functional.
+  Lowered, Grappler rewrites such a sum into a product with a constant it anchors on a
+  Switch, and the whole function returns an empty float32 (0,) tensor or loses a branch's
+  effects: a wrong answer (TensorFlow's bug, plain `tf.function` loops show it; fuzz seeds
+  3100245, 3100843). A functional While costs vectorized loops 1.3-1.6x (varlen_lstm), so
+  only such ops stay functional. Each op is checked as it is made, inner ones first: a
+  function's ops can no longer be changed once the function is defined.
   """
-  if tf.executing_eagerly() or not isinstance(made, tf.Tensor):
+  if tf.executing_eagerly() or not isinstance(made, (tf.Tensor, tf.Operation)):
     return made
-  op = made.op
-  while op.type in _PASS_THROUGH:
-    op = op.inputs[0].op
-  graphs = [getattr(op, "_body_graph", None), getattr(op, "_cond_graph", None)]
-  if any(g is not None and _adds_a_value_to_itself(g) for g in graphs):
+  op = made
+  if isinstance(made, tf.Tensor):
+    op = made.op
+    while op.type in _PASS_THROUGH:
+      op = op.inputs[0].op
+  if op.type in _FUNCTIONAL_CONTROL_FLOW and _runs_a_self_addition(op, set()):
     keep_unlowered(op)
   return made
 
 
+def _runs_a_self_addition(op, seen):
+  for name in _function_names(attrs_of(op)):
+    fn = find_function(op.graph, name)
+    if name in seen or fn is None or getattr(fn, "graph", None) is None:
+      continue
+    seen.add(name)
+    if _adds_a_value_to_itself(fn.graph) or any(
+        _runs_a_self_addition(inner, seen) for inner in fn.graph.get_operations()
+        if any(_function_names(attrs_of(inner)))):
+      return True
+  return False
+
+
 def _adds_a_value_to_itself(graph):
   def root(t):
-    while t.op.type in _MAYBE_NO_OP and t.op.inputs:
+    while t.op.inputs:
+      if t.op.type in _SHAPE_ONLY:
+        t = t.op.inputs[0]
+        continue
       varying = [x for x in t.op.inputs if x.op.type != "Const"]
-      if t.op.type in ("Reshape", "Transpose", "Squeeze", "ExpandDims", "BroadcastTo",
-                       "Sum", "Mean", "Max", "Min", "Prod", "All", "Any"):
-        varying = [t.op.inputs[0]]
-      if len(varying) != 1:
+      if t.op.type not in _WITH_A_CONSTANT or len(varying) != 1:
         break
       t = varying[0]
     return t

@@ -89,6 +89,8 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal):
 
   def step(i, *arrays):
     leaves = tf.nest.flatten(fn(i), expand_composites=False)
+    for op in tf.compat.v1.get_default_graph().get_operations():   # the body's own conds
+      graph_io.keep_unlowered_where_grappler_breaks(op)
     tensors = [tf.convert_to_tensor(part) for leaf, kind in zip(leaves, traced.kinds)
                for part in _parts(leaf, kind)]
     return (i + 1,) + outputs.write(arrays, i, tensors)

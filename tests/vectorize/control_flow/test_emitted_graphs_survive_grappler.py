@@ -75,3 +75,42 @@ def test_a_nested_update_survives_a_gradient_of_the_outer_branch(n):
   np.testing.assert_allclose(actual, 2.0 * IMAGES * np.where(
       (np.arange(4) % 2 == 1) & (np.arange(4) < n), 4.0, 1.0)[:, None, None] *
       (np.arange(4) < n)[:, None, None], rtol=1e-6)
+
+
+A = tf.constant(3.0)
+FLAG = tf.Variable(True)
+V = tf.Variable(0)
+
+
+def _invariant_cond_adding_a_scalar_to_itself(i):
+  """A loop-invariant tf.cond, copied as it is: lowered, Grappler made it an empty float32
+  (0,) in any tf.function (plain TF's too; the README said to leave the reduction out)."""
+  return tf.cond(FLAG, lambda: A + tf.reduce_sum(A), lambda: A) + tf.cast(i, tf.float32)
+
+
+def _update_in_a_cond_in_an_invariant_loop(i):
+  """Fuzz seed 3100843, shrunk: an invariant cond inside an invariant while loop adds the
+  counter to itself (`j + tf.reduce_sum(tf.cast(j, tf.int32))`) and updates a variable;
+  lowered, the function returned (0,) float32 for the loop's other value."""
+  def step(j, c):
+    def update():
+      total = j + tf.reduce_sum(tf.cast(j, tf.int32))
+      V.assign_add(total)
+      return total
+    tf.cond(j > 0, update, lambda: j)
+    return j + 1, c + tf.cast(i, tf.float32)
+  return tf.while_loop(lambda j, c: j < 2, step, (0, tf.zeros([4, 3])),
+                       maximum_iterations=5)[1]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [0, 3])
+@pytest.mark.parametrize("body", [_invariant_cond_adding_a_scalar_to_itself,
+                                  _update_in_a_cond_in_an_invariant_loop])
+def test_a_value_added_to_itself_through_a_no_op(body, n, mode):
+  V.assign(0)
+  want = testing.sequential(body, n, testing.output_spec(body))
+  want_state = V.numpy()
+  V.assign(0)
+  testing.assert_allclose(testing.run_pfor(body, n, mode), want)
+  assert V.numpy() == want_state
