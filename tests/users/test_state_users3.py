@@ -1,0 +1,217 @@
+"""Bodies with state: variables updated per example inside while loops and conds, checked
+against what the Python loop leaves, with outputs whose size differs per example."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from tests.users._util_users3 import (assert_same, assert_state, in_function, loop,
+                                      runtime_n, stateful_compare)
+
+X = tf.constant([[1., 2., 3., 4.], [5., 6., 7., 8.], [-1., 0.5, 2., -3.],
+                 [0.25, -0.5, 1., 2.]])
+LENGTHS = tf.constant([2, 0, 4, 1])
+
+
+def test_assign_add_in_while_with_prefix_output():
+  total = tf.Variable(0.)
+
+  def body(i):
+    def step(t, acc):
+      total.assign_add(X[i, t])
+      return t + 1, acc + X[i, t]
+    _, acc = tf.while_loop(lambda t, acc: t < LENGTHS[i], step, (tf.constant(0), tf.constant(0.)))
+    return acc, X[i, :LENGTHS[i]]
+
+  want, ws, got, gs = stateful_compare([total], [0.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  # The same inside a tf.function with a run-time n.
+  f = runtime_n(body)
+  total.assign(0.)
+  assert_same(f(tf.constant(4)), want)
+  assert_state([total.numpy().tolist()], ws)
+
+
+def test_nonlinear_assign_of_old_value_in_while():
+  # v <- sin(v) + x: the order of iterations matters; the loop's order must be kept.
+  v = tf.Variable(0.5)
+
+  def body(i):
+    def step(t):
+      v.assign(tf.sin(v) * 2. + X[i, t])
+      return [t + 1]
+    tf.while_loop(lambda t: t < LENGTHS[i], step, [tf.constant(0)])
+    return v.read_value(), tf.boolean_mask(X[i], X[i] > 1.)
+
+  want, ws, got, gs = stateful_compare([v], [0.5], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  v.assign(0.5)
+  assert_same(in_function(body, 4), want)
+  assert_state([v.numpy().tolist()], ws)
+
+
+def test_cond_assign_add_counter_and_boolean_mask():
+  count = tf.Variable(0, dtype=tf.int64)
+
+  def body(i):
+    s = tf.reduce_sum(X[i])
+    def yes():
+      count.assign_add(tf.constant(1, tf.int64))
+      return s * 2.
+    def no():
+      return -s
+    r = tf.cond(s > 5., yes, no)
+    return r, tf.boolean_mask(X[i], X[i] > 0.)
+
+  want, ws, got, gs = stateful_compare([count], [0], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  count.assign(0)
+  with vectorize.checked(sample=None):
+    got = vectorize.pfor(body, 4)
+  assert_same(got, want)
+  assert_state([count.numpy().tolist()], ws)
+
+
+def test_cond_assign_and_assign_sub_branches():
+  v = tf.Variable([1., 1.])
+
+  def body(i):
+    def up():
+      v.assign(v * 1.5 + X[i, :2])
+      return tf.constant(1)
+    def down():
+      v.assign_sub(X[i, 2:])
+      return tf.constant(0)
+    which = tf.cond(X[i, 0] > 0., up, down)
+    return which, tf.strings.split(tf.strings.as_string(X[i, :LENGTHS[i]]))
+
+  # tf.strings.split of a vector gives a RaggedTensor per example.
+  want, ws, got, gs = stateful_compare([v], [[1., 1.]], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_scatter_update_per_example_index_with_strings_split():
+  table = tf.Variable(tf.zeros([5]))
+  idx = tf.constant([3, 1, 3, 0])
+  text = tf.constant(["a b c", "", "hello world", "x"])
+
+  def body(i):
+    table.scatter_update(tf.IndexedSlices(X[i, :1] * 10., idx[i:i + 1]))
+    return tf.strings.split(text[i])
+
+  want, ws, got, gs = stateful_compare([table], [np.zeros(5, np.float32)], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_scatter_nd_add_in_while_loop():
+  hist = tf.Variable(tf.zeros([4], tf.int32))
+  tokens = tf.constant([[1, 1, 2, 3], [0, 0, 0, 0], [3, 2, 1, 0], [2, 2, 2, 2]])
+
+  def body(i):
+    def step(t):
+      hist.scatter_nd_add([[tokens[i, t]]], [1])
+      return [t + 1]
+    tf.while_loop(lambda t: t < LENGTHS[i], step, [tf.constant(0)])
+    return tokens[i, :LENGTHS[i]]
+
+  want, ws, got, gs = stateful_compare([hist], [[0, 0, 0, 0]], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  hist.assign([0, 0, 0, 0])
+  assert_same(runtime_n(body)(tf.constant(4)), want)
+  assert_state([hist.numpy().tolist()], ws)
+
+
+def test_tensorarray_filled_for_length_steps_with_state():
+  steps = tf.Variable(0)
+
+  def body(i):
+    ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+    def step(t, ta):
+      steps.assign_add(1)
+      return t + 1, ta.write(t, X[i, t] * X[i, t])
+    _, ta = tf.while_loop(lambda t, ta: t < LENGTHS[i], step, (tf.constant(0), ta))
+    return ta.stack()
+
+  want, ws, got, gs = stateful_compare([steps], [0], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  steps.assign(0)
+  assert_same(in_function(body, 4), want)
+  assert_state([steps.numpy().tolist()], ws)
+
+
+def test_ragged_built_in_body_with_running_max_variable():
+  best = tf.Variable(-100.)
+
+  def body(i):
+    best.assign(tf.maximum(best, tf.reduce_max(X[i])))
+    row = X[i, :LENGTHS[i]]
+    return tf.RaggedTensor.from_row_lengths(row, [LENGTHS[i], 0]), best.read_value()
+
+  want, ws, got, gs = stateful_compare([best], [-100.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_square_plus_one_recurrence_in_while():
+  # v <- v * v * 0.5 + 1 per step, per-example trip counts: no affine form.
+  v = tf.Variable(0.25, dtype=tf.float64)
+
+  def body(i):
+    def step(t):
+      v.assign(v * v * 0.5 + 1.)
+      return [t + 1]
+    n, = tf.while_loop(lambda t: t < LENGTHS[i], step, [tf.constant(0)])
+    return n, tf.cast(X[i, :LENGTHS[i]], tf.float64) * v.read_value()
+
+  want, ws, got, gs = stateful_compare([v], [0.25], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_overlapping_scatter_nd_update_last_write_wins():
+  v = tf.Variable([0, 0, 0])
+  where = tf.constant([1, 1, 2, 1])
+
+  def body(i):
+    v.scatter_nd_update([[where[i]]], [i * 10 + 1])
+    return tf.range(LENGTHS[i])
+
+  want, ws, got, gs = stateful_compare([v], [[0, 0, 0]], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert ws == [[0, 31, 21]]
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_vectorized_map_with_assign_add_and_unique():
+  seen = tf.Variable(0)
+  rows = tf.constant([[1, 1, 2], [3, 3, 3], [4, 5, 6]])
+
+  def fn(row):
+    y, _ = tf.unique(row)
+    seen.assign_add(tf.size(y))
+    return y
+
+  seen.assign(0)
+  want = tf.ragged.stack([fn(r) for r in tf.unstack(rows)])
+  ws = seen.numpy()
+  seen.assign(0)
+  got = vectorize.vectorized_map(fn, rows)
+  assert_same(got, want)
+  assert seen.numpy() == ws == 6
