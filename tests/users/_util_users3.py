@@ -113,3 +113,8 @@ def stateful_compare(variables, inits, body, n, run):
 def assert_state(got_state, want_state, tol=1e-5):
   for k, (g, w) in enumerate(zip(got_state, want_state)):
     assert _close(g, w, tol), f"variable {k}:\n got  {g}\n want {w}"
+
+
+def without_checked_env(monkeypatch):
+  """This suite's conftest runs every test under VECTORIZE_CHECKED=1; plain mode drops it."""
+  monkeypatch.delenv("VECTORIZE_CHECKED", raising=False)
