@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import vectorize
 from tests.users._util_users3 import (assert_same, assert_state, in_function, loop,
-                                      runtime_n, stateful_compare)
+                                      runtime_n, stateful_compare, without_checked_env)
 
 X = tf.constant([[1., 2., 3., 4.], [5., 6., 7., 8.], [-1., 0.5, 2., -3.],
                  [0.25, -0.5, 1., 2.]])
@@ -215,3 +215,163 @@ def test_vectorized_map_with_assign_add_and_unique():
   got = vectorize.vectorized_map(fn, rows)
   assert_same(got, want)
   assert seen.numpy() == ws == 6
+
+
+def test_reads_after_assign_add_are_running_sums():
+  v = tf.Variable(0.)
+
+  def body(i):
+    v.assign_add(X[i, 0])
+    return v.read_value()
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert want.numpy().tolist() == [1., 6., 5., 5.25]
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a read of the variable BEFORE assign_add (even unused) makes the read after it wrong: "
+    "v=10, x=[3,1,2,5]: `v.read_value(); v.assign_add(x[i]); return v.read_value()` gives "
+    "[24,25,27,32] (final state + running sum) where the loop gives [13,14,16,21]; the "
+    "final state (21) is right. The checked mode catches it (CheckError at the read)"))
+def test_read_before_and_after_assign_add(monkeypatch):
+  without_checked_env(monkeypatch)     # plain pfor: the value users get
+  xs = tf.constant([3., 1., 2., 5.])
+  v = tf.Variable(10.)
+
+  def body(i):
+    before = v.read_value()
+    v.assign_add(xs[i])
+    return before, v.read_value()
+
+  want, ws, got, gs = stateful_compare([v], [10.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_state(gs, ws)
+  assert_same(got, want)
+
+
+def test_read_before_and_after_assign_add_checked_mode_catches_it():
+  xs = tf.constant([3., 1., 2., 5.])
+  v = tf.Variable(10.)
+
+  def body(i):
+    before = v.read_value()
+    v.assign_add(xs[i])
+    return before, v.read_value()
+
+  with vectorize.checked(sample=None):
+    with pytest.raises(vectorize.CheckError, match="test_state_users3.py"):
+      vectorize.pfor(body, 4)
+  assert v.numpy() == 21.      # the variables keep the loop's state
+
+
+def test_two_variables_one_feeding_the_other():
+  a = tf.Variable(0.)
+  b = tf.Variable(1.)
+
+  def body(i):
+    a.assign_add(X[i, 0])
+    b.assign(b + a)
+    return b.read_value()
+
+  want, ws, got, gs = stateful_compare([a, b], [0., 1.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_cond_assign_add_or_sub_inside_while_with_prefix_output():
+  v = tf.Variable(0.)
+
+  def body(i):
+    def step(t):
+      tf.cond(X[i, t] > 1.5, lambda: v.assign_add(X[i, t]), lambda: v.assign_sub(1.))
+      return [t + 1]
+    tf.while_loop(lambda t: t < LENGTHS[i], step, [tf.constant(0)])
+    return X[i, :LENGTHS[i]]
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  v.assign(0.)
+  assert_same(runtime_n(body)(tf.constant(4)), want)
+  assert_state([v.numpy().tolist()], ws)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a body with a non-linear variable update (run as one sequential loop) returning a "
+    "fixed-size slice X[i, :2] (static shape [2]) gives a RaggedTensor of shape [n, None] "
+    "(n=2 and n=0), where the loop stacks a dense [n, 2]; X[i] alone comes back dense"))
+def test_sequential_body_fixed_size_slice_stays_dense():
+  v = tf.Variable(3.)
+
+  def body(i):
+    v.assign(v * v)
+    return X[i, :2]
+
+  want, ws, got, gs = stateful_compare([v], [3.], body, 2,
+                                       lambda: vectorize.pfor(body, 2))
+  assert_state(gs, ws)
+  assert_same(got, want)
+
+
+def test_nonlinear_update_under_jit_and_n_zero():
+  v = tf.Variable(0.5)
+
+  def body(i):
+    v.assign(tf.sin(v) * 2. + X[i, 0])
+    return v.read_value() + X[i]
+
+  want, ws, got, gs = stateful_compare([v], [0.5], body, 4,
+                                       lambda: in_function(body, 4, jit=True))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  v.assign(0.5)
+  got = runtime_n(body)(tf.constant(0))
+  assert tuple(got.shape) == (0, 4) and v.numpy() == 0.5
+
+
+def test_assign_add_in_while_under_jit():
+  v = tf.Variable(0.)
+
+  def body(i):
+    def step(t, acc):
+      v.assign_add(X[i, t])
+      return t + 1, acc * 2. + X[i, t]
+    return tf.while_loop(lambda t, a: t < LENGTHS[i], step,
+                         (tf.constant(0), tf.constant(0.)))[1]
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: in_function(body, 4, jit=True))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_parallel_iterations_keep_loop_order_of_updates():
+  v = tf.Variable(0.5)
+
+  def body(i):
+    v.assign(v * v + X[i, 0] * 0.1)
+    return v.read_value()
+
+  want, ws, got, gs = stateful_compare(
+      [v], [0.5], body, 4, lambda: vectorize.pfor(body, 4, parallel_iterations=3))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_tf_function_body_updating_variable_with_prefix_sum():
+  v = tf.Variable(0.)
+
+  @tf.function
+  def body(i):
+    v.assign_add(tf.reduce_sum(X[i, :LENGTHS[i]]))
+    return v.read_value()
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
