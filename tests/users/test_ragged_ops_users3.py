@@ -168,3 +168,70 @@ def test_map_fn_prefix_mean_with_zero_length():
   assert_same(got, want)
   got0 = vectorize.map_fn(fn, (X[:0], L[:0]), fn_output_signature=tf.float32)
   assert_empty_like(got0, [(tf.float32, ())])
+
+
+def test_slices_past_the_end_and_negative_suffix_of_length_zero():
+  long_ = tf.constant([6, 0, 2, 9])      # past the row's end: clamped, as in the loop
+  tail = tf.constant([1, 0, 2, 4])       # x[i, -0:] is the WHOLE row
+
+  def body(i):
+    return X[i, :long_[i]], X[i, -tail[i]:], X[i, tail[i]::-1]
+
+  want = loop(body, 4)
+  assert want[1].to_list()[1] == [4., 4., 1., 0.]
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(runtime_n(body)(tf.constant(4)), want)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "x[i, ::s[i]] (stride per example) falls back as documented, then the fallback fails: "
+    "InvalidArgumentError 'PartialTensorShape: Incompatible shapes during merge: [4] vs. "
+    "[2]' at node pfor/TensorArrayV2Stack/TensorListStack, instead of the ragged result"))
+def test_per_example_stride_slice():
+  s = tf.constant([1, 2, 3, 4])
+
+  def body(i):
+    return X[i, ::s[i]]
+
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+
+
+def test_ragged_rank_two_built_in_body_and_zero_width_reductions():
+  feats = tf.zeros([4, 4, 0])
+
+  def body(i):
+    row = X[i, :L[i]]
+    rt = tf.RaggedTensor.from_row_splits(row, tf.concat([[0], tf.range(1, L[i] + 1)], 0))
+    r = feats[i, :L[i]]
+    return rt, tf.reduce_sum(r, axis=0), tf.reduce_max(r, axis=1)
+
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(in_function(body, 4), want)
+
+
+def test_unique_of_split_words_and_top_k_ties():
+  text = tf.constant(["a b a", "", "c c c", "x y x y"])
+  lens = tf.constant([3, 2, 4, 3])
+
+  def body(i):
+    y, idx = tf.unique(tf.strings.split(text[i]))
+    vals, ix = tf.math.top_k(XI[i, :lens[i]], k=2)
+    return y, idx, vals, ix
+
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(runtime_n(body)(tf.constant(4)), want)
+
+
+def test_segment_ops_with_per_example_ids():
+  seg = tf.constant([[0, 0, 1, 1], [0, 1, 2, 3], [0, 0, 0, 2], [1, 1, 1, 1]])
+
+  def body(i):
+    return (tf.math.segment_sum(X[i, :L[i]], seg[i, :L[i]]),
+            tf.math.unsorted_segment_max(X[i, :L[i]], seg[i, :L[i]], 3))
+
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(in_function(body, 4), want)
