@@ -375,3 +375,82 @@ def test_tf_function_body_updating_variable_with_prefix_sum():
                                        lambda: vectorize.pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a tf.cond whose branches update a variable AND return a ragged prefix falls back "
+    "(as documented) but applies the updates again: v=1, branches v+=1 / v*=2 over "
+    "L=[3,0,4,2] leave v=18.0 where the loop leaves 10.0 (n=1: 3.0 vs 2.0); the outputs "
+    "are right; the checked mode catches it"))
+def test_cond_with_updates_returning_ragged_prefix(monkeypatch):
+  without_checked_env(monkeypatch)
+  lens = tf.constant([3, 0, 4, 2])
+  v = tf.Variable(1.)
+
+  def body(i):
+    def long_():
+      v.assign_add(1.)
+      return X[i, :lens[i]]
+    def short():
+      v.assign(v * 2.)
+      return X[i, :1]
+    return tf.cond(lens[i] > 2, long_, short)
+
+  want, ws, got, gs = stateful_compare([v], [1.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_nonlinear_state_in_while_fills_tensorarray_and_splits_strings():
+  v = tf.Variable(1.)
+  text = tf.constant(["a b", "", "c d e", "f"])
+
+  def body(i):
+    ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+    def step(t, ta):
+      v.assign(v * 0.5 + X[i, t])
+      return t + 1, ta.write(t, v.read_value())
+    _, ta = tf.while_loop(lambda t, ta: t < LENGTHS[i], step, (tf.constant(0), ta))
+    return ta.stack(), tf.strings.split(text[i])
+
+  want, ws, got, gs = stateful_compare([v], [1.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_bool_and_int64_variables_nonlinear_updates():
+  flag = tf.Variable(False)
+  cnt = tf.Variable(tf.constant(0, tf.int64))
+
+  def body(i):
+    flag.assign(tf.math.logical_xor(flag, X[i, 0] > 2.))
+    cnt.assign(cnt * 3 + tf.cast(i, tf.int64))
+    return flag.read_value(), cnt.read_value()
+
+  want, ws, got, gs = stateful_compare([flag, cnt], [False, 0], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+  flag.assign(False)
+  cnt.assign(0)
+  assert_same(runtime_n(body)(tf.constant(4)), want)
+  assert_state([flag.numpy().tolist(), cnt.numpy().tolist()], ws)
+
+
+def test_scatter_of_squared_element_per_step_with_mask_output():
+  v = tf.Variable(tf.ones([3]))
+
+  def body(i):
+    def step(t):
+      j = (i + t) % 3
+      v.scatter_nd_update([[j]], [v[j] * v[j] + 0.5])
+      return [t + 1]
+    tf.while_loop(lambda t: t < LENGTHS[i], step, [tf.constant(0)])
+    return tf.boolean_mask(v, v > 1.6)
+
+  want, ws, got, gs = stateful_compare([v], [[1., 1., 1.]], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
