@@ -1,0 +1,159 @@
+"""The same per-example programs through vectorized_map / map_fn with run-time sizes, under
+XLA, in the checked mode inside a tf.function, and under static_shapes()."""
+import pytest
+import tensorflow as tf
+
+import vectorize
+from tests.users._util_users3 import (assert_same, assert_state, in_function, loop,
+                                      stateful_compare)
+
+X = tf.constant([[3., 1., 2., 5.], [4., 4., 1., 0.], [2., -1., 7., 1.], [1., 1., 1., 1.]])
+L = tf.constant([3, 0, 4, 2])
+
+
+def test_vectorized_map_run_time_rows_including_zero():
+  def fn(row):
+    return tf.reduce_max(row), tf.cumsum(row), tf.argsort(row, stable=True)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+  def f(x):
+    return vectorize.vectorized_map(fn, x)
+
+  want = tuple(tf.stack([fn(r)[k] for r in tf.unstack(X)]) for k in range(3))
+  assert_same(tuple(f(X)), want)
+  got0 = f(X[:0])
+  assert [(t.dtype, tuple(t.shape)) for t in got0] == [
+      (tf.float32, (0,)), (tf.float32, (0, 4)), (tf.int32, (0, 4))]
+
+
+def test_vectorized_map_ragged_elems_run_time_and_broadcast():
+  def fn(row):
+    return tf.reduce_sum(tf.cumsum(row))
+
+  @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.float32, 1, tf.int64)])
+  def f(rt):
+    return vectorize.vectorized_map(fn, rt)
+
+  rt = tf.ragged.constant([[3., 1.], [], [5., -2., 4.]])
+  assert_same(f(rt), tf.stack([fn(r) for r in rt]))
+  assert tuple(f(rt[:0]).shape) == (0,)
+  got = vectorize.vectorized_map(lambda a: a[0] * a[1], (X, tf.constant([[1., 2., 3., 4.]])))
+  assert_same(got, X * [[1., 2., 3., 4.]])
+
+
+def _prefix_recurrence(a):
+  row, n = a
+  return tf.while_loop(lambda t, s: t < n, lambda t, s: (t + 1, s * 0.5 + row[t]),
+                       (tf.constant(0), tf.constant(0.)))[1]
+
+
+def test_map_fn_per_example_trips_run_time_n_and_zero():
+  @tf.function(input_signature=[tf.TensorSpec([None, 4]), tf.TensorSpec([None], tf.int32)])
+  def f(x, lens):
+    return vectorize.map_fn(_prefix_recurrence, (x, lens), fn_output_signature=tf.float32)
+
+  want = tf.map_fn(_prefix_recurrence, (X, L), fn_output_signature=tf.float32)
+  assert_same(f(X, L), want)
+  got0 = f(X[:0], L[:0])
+  assert got0.dtype == tf.float32 and tuple(got0.shape) == (0,)
+
+
+def test_map_fn_under_jit_and_signature_shape_check():
+  f = tf.function(lambda: vectorize.map_fn(_prefix_recurrence, (X, L),
+                                           fn_output_signature=tf.float32), jit_compile=True)
+  assert_same(f(), tf.map_fn(_prefix_recurrence, (X, L), fn_output_signature=tf.float32))
+  with pytest.raises(ValueError, match="fn_output_signature"):
+    vectorize.map_fn(lambda r: r[:2], X, fn_output_signature=tf.TensorSpec([3], tf.float32))
+
+
+def test_checked_mode_inside_tf_function_fails_with_invalid_argument():
+  # A body pfor gets wrong (see test_state_users3): inside a tf.function the checked mode
+  # must fail the graph with InvalidArgumentError carrying the CheckError's message.
+  xs = tf.constant([3., 1., 2., 5.])
+  v = tf.Variable(10.)
+
+  def body(i):
+    before = v.read_value()
+    v.assign_add(xs[i])
+    return before, v.read_value()
+
+  @tf.function
+  def f():
+    with vectorize.checked(sample=None):
+      return vectorize.pfor(body, 4)
+
+  with pytest.raises(tf.errors.InvalidArgumentError, match="checked mode"):
+    f()
+
+
+def test_jit_cond_while_sort_top_k_per_example():
+  def body(i):
+    r = tf.cond(X[i, 0] > 2., lambda: X[i] * 2., lambda: -X[i])
+    _, acc = tf.while_loop(lambda t, a: t < L[i], lambda t, a: (t + 1, a + r[t]),
+                           (tf.constant(0), tf.constant(0.)))
+    return r, acc, tf.cumsum(r, reverse=True), tf.sort(r), tf.math.top_k(r, 2).indices
+
+  want = loop(body, 4)
+  assert_same(in_function(body, 4, jit=True), want)
+  with vectorize.checked(sample=None):
+    assert_same(in_function(body, 4, jit=True), want)
+
+
+def test_jit_variable_updates_in_cond_branches():
+  v = tf.Variable(0.)
+
+  def body(i):
+    tf.cond(X[i, 0] > 2., lambda: v.assign_add(X[i, 1]), lambda: v.assign_add(-1.))
+    return X[i] * 2.
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: in_function(body, 4, jit=True))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_static_shapes_state_in_while_of_per_example_trips():
+  v = tf.Variable(0.)
+
+  def body(i):
+    def step(t):
+      v.assign(v * 0.5 + X[i, t])
+      return [t + 1]
+    tf.while_loop(lambda t: t < L[i], step, [tf.constant(0)])
+    return v.read_value()
+
+  with vectorize.static_shapes():
+    want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                         lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "under vectorize.static_shapes() WITHOUT jit_compile, a ragged prefix x[i, :L[i]] is a "
+    "ConversionError 'Cannot vectorize strided slice strided_slice_1 under XLA ... or run "
+    "without jit_compile': the README describes static_shapes() as masks for control flow; "
+    "the message names XLA and jit_compile the user did not use, and not the user's line"))
+def test_static_shapes_ragged_prefix_eager():
+  def body(i):
+    return tf.cumsum(X[i, :L[i]])
+
+  want = loop(body, 4)
+  with vectorize.static_shapes():
+    got = vectorize.pfor(body, 4)
+  assert_same(got, want)
+
+
+def test_per_example_gradients_of_prefix_loss():
+  w = tf.Variable([1., 2., 3., 4.])
+
+  def loss(x, n):
+    return tf.reduce_sum((x[:n] * w[:n]) ** 2)
+
+  got = vectorize.per_example_gradients(loss, [w], X, L)
+  want = []
+  for i in range(4):
+    with tf.GradientTape() as tape:
+      lo = loss(X[i], L[i])
+    want.append(tape.gradient(lo, w))
+  assert_same(got[0], tf.stack(want))
