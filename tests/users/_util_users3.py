@@ -3,6 +3,7 @@ comparisons of structure, dtype, shape and value (ragged outputs by `.to_list()`
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import vectorize
@@ -118,3 +119,16 @@ def assert_state(got_state, want_state, tol=1e-5):
 def without_checked_env(monkeypatch):
   """This suite's conftest runs every test under VECTORIZE_CHECKED=1; plain mode drops it."""
   monkeypatch.delenv("VECTORIZE_CHECKED", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def plain_mode_users3(monkeypatch):
+  """Imported by each users3 file: tests run plain (the checked mode triples each
+  conversion's cost); the tests that want the checked mode say so with vectorize.checked()."""
+  without_checked_env(monkeypatch)
+
+
+def checked_pfor(body, n, **kwargs):
+  """pfor in the README's checked mode, every iteration checked against the loop."""
+  with vectorize.checked(sample=None):
+    return vectorize.pfor(body, n, **kwargs)

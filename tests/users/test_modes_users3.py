@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
 from tests.users._util_users3 import (assert_same, assert_state, in_function, loop,
                                       stateful_compare)
 

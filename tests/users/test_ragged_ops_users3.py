@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from tests.users._util_users3 import (assert_empty_like, assert_same, in_function, loop,
+from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
+from tests.users._util_users3 import (checked_pfor, assert_empty_like, assert_same, in_function, loop,
                                       runtime_n)
 
 X = tf.constant([[3., 1., 2., 5.], [4., 4., 1., 0.], [2., -1., 7., 1.], [1., 1., 1., 1.]])
@@ -18,7 +19,7 @@ def test_cumsum_of_prefix_with_empty_row():
     return tf.cumsum(X[i, :L[i]])
 
   want = loop(body, 4)
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(runtime_n(body)(tf.constant(4)), want)
   assert_empty_like(vectorize.pfor(body, 0), [(tf.float32, None)])
 
@@ -41,7 +42,7 @@ def test_cumsum_zero_width_features():
     return tf.cumsum(feats[i, :L[i]], axis=0), tf.shape(feats[i, :L[i]])
 
   want = loop(body, 4)
-  got = vectorize.pfor(body, 4)
+  got = checked_pfor(body, 4)
   assert_same(got, want)
   assert_same(runtime_n(body)(tf.constant(4)), want)
 
@@ -68,7 +69,7 @@ def test_reductions_of_prefix_including_empty():
             tf.reduce_all(row > 0.), tf.math.reduce_logsumexp(row))
 
   want = loop(body, 4)
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(runtime_n(body)(tf.constant(4)), want)
 
 
@@ -80,7 +81,7 @@ def test_sort_descending_and_argsort_stable():
             tf.argsort(XI[i, :L[i]], direction="DESCENDING", stable=True))
 
   want = loop(body, 4)
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(in_function(body, 4), want)
 
 
@@ -110,7 +111,7 @@ def test_unique_of_prefix_with_idx_and_counts():
     return y, idx, count
 
   want = loop(body, 4)
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(in_function(body, 4), want)
 
 
@@ -121,7 +122,7 @@ def test_gather_at_per_example_indices():
     return tf.gather(X[i], idx[i, :L[i]]), tf.gather(XI, idx[i, :L[i]])
 
   want = loop(body, 4)
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(runtime_n(body)(tf.constant(4)), want)
 
 
@@ -179,7 +180,7 @@ def test_slices_past_the_end_and_negative_suffix_of_length_zero():
 
   want = loop(body, 4)
   assert want[1].to_list()[1] == [4., 4., 1., 0.]
-  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(checked_pfor(body, 4), want)
   assert_same(runtime_n(body)(tf.constant(4)), want)
 
 

@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
 from tests.users._util_users3 import assert_same, in_function, loop, runtime_n
 
 X = tf.constant([[3., 1., 2., 5.], [4., 4., 1., 0.], [2., -1., 7., 1.], [1., 1., 1., 1.]])

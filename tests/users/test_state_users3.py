@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from tests.users._util_users3 import (assert_same, assert_state, in_function, loop,
+from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
+from tests.users._util_users3 import (checked_pfor, assert_same, assert_state, in_function, loop,
                                       runtime_n, stateful_compare, without_checked_env)
 
 X = tf.constant([[1., 2., 3., 4.], [5., 6., 7., 8.], [-1., 0.5, 2., -3.],
@@ -24,7 +25,7 @@ def test_assign_add_in_while_with_prefix_output():
     return acc, X[i, :LENGTHS[i]]
 
   want, ws, got, gs = stateful_compare([total], [0.], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
   # The same inside a tf.function with a run-time n.
@@ -46,7 +47,7 @@ def test_nonlinear_assign_of_old_value_in_while():
     return v.read_value(), tf.boolean_mask(X[i], X[i] > 1.)
 
   want, ws, got, gs = stateful_compare([v], [0.5], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
   v.assign(0.5)
@@ -125,7 +126,7 @@ def test_scatter_nd_add_in_while_loop():
     return tokens[i, :LENGTHS[i]]
 
   want, ws, got, gs = stateful_compare([hist], [[0, 0, 0, 0]], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
   hist.assign([0, 0, 0, 0])
@@ -145,7 +146,7 @@ def test_tensorarray_filled_for_length_steps_with_state():
     return ta.stack()
 
   want, ws, got, gs = stateful_compare([steps], [0], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
   steps.assign(0)
@@ -162,7 +163,7 @@ def test_ragged_built_in_body_with_running_max_variable():
     return tf.RaggedTensor.from_row_lengths(row, [LENGTHS[i], 0]), best.read_value()
 
   want, ws, got, gs = stateful_compare([best], [-100.], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
 
@@ -193,7 +194,7 @@ def test_overlapping_scatter_nd_update_last_write_wins():
     return tf.range(LENGTHS[i])
 
   want, ws, got, gs = stateful_compare([v], [[0, 0, 0]], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert ws == [[0, 31, 21]]
   assert_same(got, want)
   assert_state(gs, ws)
@@ -277,7 +278,7 @@ def test_two_variables_one_feeding_the_other():
     return b.read_value()
 
   want, ws, got, gs = stateful_compare([a, b], [0., 1.], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
 
@@ -415,7 +416,7 @@ def test_nonlinear_state_in_while_fills_tensorarray_and_splits_strings():
     return ta.stack(), tf.strings.split(text[i])
 
   want, ws, got, gs = stateful_compare([v], [1.], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)
 
@@ -451,6 +452,6 @@ def test_scatter_of_squared_element_per_step_with_mask_output():
     return tf.boolean_mask(v, v > 1.6)
 
   want, ws, got, gs = stateful_compare([v], [[1., 1., 1.]], body, 4,
-                                       lambda: vectorize.pfor(body, 4))
+                                       lambda: checked_pfor(body, 4))
   assert_same(got, want)
   assert_state(gs, ws)

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from tests.users._util_users3 import (assert_empty_like, assert_same, in_function, loop,
+from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
+from tests.users._util_users3 import (checked_pfor, assert_empty_like, assert_same, in_function, loop,
                                       runtime_n, without_checked_env)
 
 TRIPS = tf.constant([2, 0, 3, 1, 4])
@@ -28,7 +29,7 @@ def _multi_dtype_body(i, strings=True):
 
 def test_while_carries_six_dtypes_eager_and_runtime_n():
   want = loop(_multi_dtype_body, 5)
-  assert_same(vectorize.pfor(_multi_dtype_body, 5), want, tol=1e-3)
+  assert_same(checked_pfor(_multi_dtype_body, 5), want, tol=1e-3)
   assert_same(runtime_n(_multi_dtype_body)(tf.constant(5)), want, tol=1e-3)
 
 
@@ -117,7 +118,7 @@ def test_string_accumulating_loop_with_ragged_split_output():
     return s, tf.strings.split(s)
 
   want = loop(body, 5)
-  assert_same(vectorize.pfor(body, 5), want)
+  assert_same(checked_pfor(body, 5), want)
   assert_same(runtime_n(body)(tf.constant(5)), want)
 
 
@@ -148,7 +149,7 @@ def test_nested_while_inner_trip_depends_on_outer_step():
                          (tf.constant(0), tf.constant(0, tf.int64)))
 
   want = loop(body, 5)
-  assert_same(vectorize.pfor(body, 5), want)
+  assert_same(checked_pfor(body, 5), want)
   assert_same(in_function(body, 5, jit=True), want)
   assert_empty_like(vectorize.pfor(body, 0), [(tf.int32, ()), (tf.int64, ())])
 
