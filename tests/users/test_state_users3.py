@@ -233,12 +233,13 @@ def test_reads_after_assign_add_are_running_sums():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "a read of the variable BEFORE assign_add (even unused) makes the read after it wrong: "
-    "v=10, x=[3,1,2,5]: `v.read_value(); v.assign_add(x[i]); return v.read_value()` gives "
-    "[24,25,27,32] (final state + running sum) where the loop gives [13,14,16,21]; the "
-    "final state (21) is right. The checked mode catches it (CheckError at the read)"))
-def test_read_before_and_after_assign_add(monkeypatch):
-  without_checked_env(monkeypatch)     # plain pfor: the value users get
+    "a read of the variable BEFORE assign_add makes the read after it wrong: v=10, "
+    "x=[3,1,2,5]: `b = v.read_value(); v.assign_add(x[i]); return b, v.read_value()` gives "
+    "after=[24,25,27,32] (final state + running sum) where the loop gives [13,14,16,21], "
+    "eagerly and under jit_compile; the final state (21) is right; the checked mode "
+    "catches it (CheckError at the second read)"))
+@pytest.mark.parametrize("jit", [False, True])
+def test_read_before_and_after_assign_add(jit):
   xs = tf.constant([3., 1., 2., 5.])
   v = tf.Variable(10.)
 
@@ -247,10 +248,90 @@ def test_read_before_and_after_assign_add(monkeypatch):
     v.assign_add(xs[i])
     return before, v.read_value()
 
-  want, ws, got, gs = stateful_compare([v], [10.], body, 4,
+  run = (lambda: in_function(body, 4, jit=True)) if jit else (lambda: vectorize.pfor(body, 4))
+  want, ws, got, gs = stateful_compare([v], [10.], body, 4, run)
+  assert_state(gs, ws)
+  assert_same(got, want)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the same bug through tf.identity and assign_sub of a vector: v=[1,2], "
+    "`r = tf.identity(v); v.assign_sub(x[i, :2]); return r + 0., v + 0.` gives "
+    "second output [[-12,-4],[-16,-8],...] where the loop gives [[-2,1],[-6,-3],...]"))
+def test_identity_before_assign_sub_vector():
+  v = tf.Variable([1., 2.])
+
+  def body(i):
+    r = tf.identity(v)
+    v.assign_sub(X[i, :2])
+    return r + 0., v + 0.
+
+  want, ws, got, gs = stateful_compare([v], [[1., 2.]], body, 4,
                                        lambda: vectorize.pfor(body, 4))
   assert_state(gs, ws)
   assert_same(got, want)
+
+
+def test_reads_around_assign_and_two_assign_adds():
+  v = tf.Variable(-1.)
+
+  def shift(i):
+    previous = v.read_value()
+    v.assign(X[i, 0])
+    return previous
+
+  want, ws, got, gs = stateful_compare([v], [-1.], shift, 4,
+                                       lambda: vectorize.pfor(shift, 4))
+  assert want.numpy().tolist() == [-1., 1., 5., -1.]
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+  def twice(i):
+    v.assign_add(X[i, 0])
+    a = v.read_value()
+    v.assign_add(X[i, 1])
+    return a, v.read_value()
+
+  want, ws, got, gs = stateful_compare([v], [0.], twice, 4,
+                                       lambda: checked_pfor(twice, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_read_before_assign_add_inside_while_of_per_example_trips():
+  v = tf.Variable(0.)
+
+  def body(i):
+    def step(t, acc):
+      r = v.read_value()
+      v.assign_add(X[i, t])
+      return t + 1, acc + r
+    return tf.while_loop(lambda t, a: t < LENGTHS[i], step,
+                         (tf.constant(0), tf.constant(0.)))[1]
+
+  want, ws, got, gs = stateful_compare([v], [0.], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "v[i].assign(row) (a per-example row of a table, ResourceStridedSliceAssign) raises "
+    "ConversionError (StatefulRefusal) 'a stateful op cannot be vectorized when it reads a "
+    "variable that the loop body also writes ... or run the loop sequentially', even with "
+    "nothing else reading v; the README says such a body runs as one sequential loop, and "
+    "the same write through scatter_update(IndexedSlices) converts"))
+def test_sliced_assign_of_per_example_row():
+  table = tf.Variable(tf.zeros([4, 2]))
+
+  def body(i):
+    table[i].assign(X[i, :2] * 2.)
+    return tf.reduce_sum(table)
+
+  want, ws, got, gs = stateful_compare([table], [np.zeros([4, 2], np.float32)], body, 4,
+                                       lambda: vectorize.pfor(body, 4))
+  assert_same(got, want)
+  assert_state(gs, ws)
 
 
 def test_read_before_and_after_assign_add_checked_mode_catches_it():
