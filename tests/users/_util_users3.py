@@ -99,7 +99,7 @@ def in_function(body, n, jit=False):
 
 
 def stateful_compare(variables, inits, body, n, run):
-  """Runs the loop and `run()` each from `inits`; returns (loop_out, loop_state, out, state)."""
+  """Runs the loop, then `run()`, each from `inits`: (loop_out, loop_state, out, state)."""
   for v, x in zip(variables, inits):
     v.assign(x)
   want = loop(body, n)

@@ -158,3 +158,70 @@ def test_per_example_gradients_of_prefix_loss():
       lo = loss(X[i], L[i])
     want.append(tape.gradient(lo, w))
   assert_same(got[0], tf.stack(want))
+
+
+def test_parallel_iterations_ragged_output_refused_and_stateful_chunks():
+  def body(i):
+    return tf.cumsum(X[i, :L[i]])
+
+  with pytest.raises(vectorize.ConversionError, match="parallel_iterations"):
+    vectorize.pfor(body, 4, parallel_iterations=3)
+
+  v = tf.Variable(0.)
+
+  def stateful(i):
+    v.assign_add(tf.reduce_sum(X[i, :L[i]]))
+    return X[i] * 2., v.read_value()
+
+  want, ws, got, gs = stateful_compare(
+      [v], [0.], stateful, 4, lambda: vectorize.pfor(stateful, 4, parallel_iterations=3))
+  assert_same(got, want)
+  assert_state(gs, ws)
+
+
+def test_checked_mode_skips_random_values_and_samples():
+  v = tf.Variable(0.)
+
+  def body(i):
+    noise = tf.random.normal([2])
+    v.assign_add(tf.reduce_sum(noise))
+    return X[i, :2] * 2. + 0. * noise[0], tf.cumsum(X[i, :L[i]])
+
+  with vectorize.checked(sample=None):
+    got = vectorize.pfor(body, 4)
+  assert_same(got, loop(lambda i: (X[i, :2] * 2., tf.cumsum(X[i, :L[i]])), 4))
+
+  w = tf.Variable(2.)
+
+  def square(i):
+    w.assign(w * w)
+    return X[i]
+
+  with vectorize.checked(sample=2):
+    got = vectorize.pfor(square, 0)
+    assert tuple(got.shape) == (0, 4) and w.numpy() == 2.
+    f = tf.function(lambda n: vectorize.pfor(square, n),
+                    input_signature=[tf.TensorSpec([], tf.int32)])
+    assert_same(f(tf.constant(3)), tf.stack([X[0], X[1], X[2]]))
+  assert w.numpy() == 256.
+
+
+def test_checked_run_time_n_ragged_strings_and_unique():
+  def body(i):
+    return (tf.strings.split(tf.strings.as_string(X[i, :L[i]], precision=1)),
+            tf.unique(X[i, :L[i]])[0])
+
+  f = tf.function(lambda n: vectorize.pfor(body, n),
+                  input_signature=[tf.TensorSpec([], tf.int32)])
+  with vectorize.checked():
+    got0 = f(tf.constant(0))
+    got = f(tf.constant(4))
+  assert [t.to_list() for t in got0] == [[], []]
+  assert_same(got, loop(body, 4))
+
+
+def test_vectorized_map_sparse_rows():
+  sp = tf.sparse.from_dense(tf.constant([[0., 2., 0.], [1., 0., 3.], [0., 0., 0.]]))
+  got = vectorize.vectorized_map(
+      lambda r: (tf.sparse.reduce_sum(r), tf.sparse.to_dense(r) * 2.), sp)
+  assert_same(tuple(got), (tf.constant([2., 4., 0.]), tf.sparse.to_dense(sp) * 2.))

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 import vectorize
 from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
-from tests.users._util_users3 import (checked_pfor, assert_empty_like, assert_same, in_function, loop,
-                                      runtime_n)
+from tests.users._util_users3 import (assert_empty_like, assert_same, checked_pfor,
+                                      in_function, loop, runtime_n)
 
 X = tf.constant([[3., 1., 2., 5.], [4., 4., 1., 0.], [2., -1., 7., 1.], [1., 1., 1., 1.]])
 XI = tf.constant([[3, 1, 2, 5], [4, 4, 1, 0], [2, -1, 7, 1], [1, 1, 1, 1]], tf.int64)
@@ -232,6 +232,19 @@ def test_segment_ops_with_per_example_ids():
   def body(i):
     return (tf.math.segment_sum(X[i, :L[i]], seg[i, :L[i]]),
             tf.math.unsorted_segment_max(X[i, :L[i]], seg[i, :L[i]], 3))
+
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(in_function(body, 4), want)
+
+
+def test_split_words_unique_with_counts_and_sort_by_length():
+  text = tf.constant(["b a b", "", "c cc a", "zzz"])
+
+  def body(i):
+    w = tf.strings.split(text[i])
+    y, _, c = tf.unique_with_counts(w)
+    return y, c, tf.gather(w, tf.argsort(tf.strings.length(w), stable=True))
 
   want = loop(body, 4)
   assert_same(vectorize.pfor(body, 4), want)

@@ -6,8 +6,9 @@ import tensorflow as tf
 
 import vectorize
 from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
-from tests.users._util_users3 import (checked_pfor, assert_same, assert_state, in_function, loop,
-                                      runtime_n, stateful_compare, without_checked_env)
+from tests.users._util_users3 import (assert_same, assert_state, checked_pfor, in_function,
+                                      loop, runtime_n, stateful_compare,
+                                      without_checked_env)
 
 X = tf.constant([[1., 2., 3., 4.], [5., 6., 7., 8.], [-1., 0.5, 2., -3.],
                  [0.25, -0.5, 1., 2.]])
@@ -21,7 +22,8 @@ def test_assign_add_in_while_with_prefix_output():
     def step(t, acc):
       total.assign_add(X[i, t])
       return t + 1, acc + X[i, t]
-    _, acc = tf.while_loop(lambda t, acc: t < LENGTHS[i], step, (tf.constant(0), tf.constant(0.)))
+    _, acc = tf.while_loop(lambda t, acc: t < LENGTHS[i], step,
+                           (tf.constant(0), tf.constant(0.)))
     return acc, X[i, :LENGTHS[i]]
 
   want, ws, got, gs = stateful_compare([total], [0.], body, 4,

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 import vectorize
 from tests.users._util_users3 import plain_mode_users3  # noqa: F401 (autouse)
-from tests.users._util_users3 import (checked_pfor, assert_empty_like, assert_same, in_function, loop,
-                                      runtime_n, without_checked_env)
+from tests.users._util_users3 import (assert_empty_like, assert_same, checked_pfor,
+                                      in_function, loop, runtime_n, without_checked_env)
 
 TRIPS = tf.constant([2, 0, 3, 1, 4])
 
