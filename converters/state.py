@@ -48,6 +48,7 @@ from vectorize import graph_io
 from vectorize import ragged
 from vectorize import values
 from vectorize import walker
+from vectorize import whole_body_loop
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.family import run_sequential
 from vectorize.registry import register
@@ -147,6 +148,8 @@ def _ordered_accesses(op, i=0):
 
 
 def _refuse(op, reason):
+  if whole_body_loop.probing():
+    raise Unvectorizable(reason)
   scope = op.op.name.rpartition("/")[0]
   scope = scope[:-len("/Read")] if scope.endswith("/Read") else scope   # Variable.read_value
   layer = f" in layer (name scope) {scope!r}" if scope else ""

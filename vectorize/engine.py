@@ -127,7 +127,11 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
                  whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
                      n, static_n, fallback_allowed, Report(warn=False)))))
     if refusal:   # runs loop_fn again: the user's code, with the user's kind of dims
-      return whole_body_loop.run_sequentially(loop_fn, body.traced, n, static_n, refusal)
+      with dims.ints():
+        flags = whole_body_loop.ragged_outputs(lambda: body.convert(whole_loop_context(
+            n, static_n, True, Report(warn=False))))
+      return whole_body_loop.run_sequentially(loop_fn, body.traced, n, static_n, refusal,
+                                              flags)
     with dims.ints():
       return _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report)
 

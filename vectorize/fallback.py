@@ -45,7 +45,10 @@ def run_sequentially(op, inputs, ctx):
   outputs = iteration_outputs.IterationOutputs(
       op.outputs, [_varying_axes(t.shape, takes_ragged) for t in op.outputs],
       f"op {op.name!r} ({op.type}){user_location(op)} falls back to a sequential loop, and "
-      "its")
+      "its output differs in size per iteration in an axis after the first, which pfor "
+      "cannot hold (only a first axis of per-iteration size). To fix: make that size the "
+      "same in every iteration (pad it), or flatten the value so that its first axis varies "
+      "(tf.reshape(x, [-1]) in the same op's place).")
   if outputs.any_varying or takes_ragged:
     ragged.require_dynamic_shapes(op, "a value of the loop that falls back here")
   read = [_reader(v) for v in inputs]

@@ -4,8 +4,8 @@ Both sequential loops (one op that falls back, `fallback.py`; the whole body,
 `whole_body_loop.py`) write each iteration's values into TensorArrays and read them back
 after the loop. A value whose first axes may differ in size per iteration comes back ragged
 (its values concatenated, with each iteration's sizes); one whose later axis the graph
-leaves unknown is checked to have one shape in every iteration; with no iteration, an
-unknown dimension stacks as 0.
+leaves unknown is checked to have one shape in every iteration (an error names the
+shapes); with no iteration, an unknown dimension stacks as 0.
 """
 
 import tensorflow as tf
@@ -22,14 +22,14 @@ class IterationOutputs:
     outputs: one tensor per output, whose static shape is one iteration's.
     varying: per output, how many leading axes may differ in size per iteration (0:
       stacked; 1: ragged; more: a multi-axis ragged value).
-    describe: names whose outputs these are, for the error of a later axis that differs
-      per iteration ("op 'x' (Tile) at f.py:3 falls back to a sequential loop, and its").
+    mismatch: the error for a stacked output whose shape differs per iteration: what holds
+      it and how to fix it (it is raised with the shapes per iteration).
   """
 
-  def __init__(self, outputs, varying, describe):
+  def __init__(self, outputs, varying, mismatch):
     self._specs = [(t.dtype, t.shape) for t in outputs]
     self._varying = list(varying)
-    self._describe = describe
+    self._mismatch = mismatch
     # One shape in every iteration, checked: a later size the graph leaves unknown.
     self._unsure = [not k and shape.rank is not None and not shape.is_fully_defined()
                     for (_, shape), k in zip(self._specs, self._varying)]
@@ -81,12 +81,8 @@ class IterationOutputs:
   def _one_shape(self, shapes):
     """An assertion that every iteration gave one shape (`shapes`: `[n, rank]`)."""
     same = tf.reduce_all(tf.equal(shapes, shapes[:1]))
-    return tf.debugging.Assert(same, [
-        f"vectorize: {self._describe} output differs in size per iteration in an axis after "
-        "the first, which pfor cannot hold (only a first axis of per-iteration size). "
-        "Shapes per iteration:", shapes, "To fix: make that size the same in every iteration "
-        "(pad it), or flatten the value so that its first axis varies (tf.reshape(x, [-1]))."],
-        summarize=12)
+    return tf.debugging.Assert(same, [f"vectorize: {self._mismatch} Shapes per iteration:",
+                                      shapes], summarize=12)
 
 
 def _merged(tensor, k):

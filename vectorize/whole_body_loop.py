@@ -40,6 +40,32 @@ class StatefulRefusal(ConversionError):
   """A stateful op that has no vectorized form here: the whole body must run as a loop."""
 
 
+_probing = [False]
+
+
+def probing():
+  """Whether a conversion only probes which outputs are ragged (see `ragged_outputs`):
+  stateful ops that would refuse fall back instead."""
+  return _probing[0]
+
+
+def ragged_outputs(convert):
+  """Per body output, whether the converted body holds it ragged (its size differs per
+  iteration), from `convert()` in a scratch graph (never run) where stateful ops that
+  refuse fall back instead; None where that conversion fails. TensorFlow's static shapes
+  cannot tell: they leave `x[i, :2]` as unknown as `x[i, :k[i]]`."""
+  scratch = func_graph.FuncGraph("pfor_probe_conversion")
+  _probing[0] = True
+  try:
+    with scratch.as_default():
+      values, _ = convert()
+    return [ragged.is_ragged(v) for v in values]
+  except Exception:  # pylint: disable=broad-except   (the sequential loop still runs)
+    return None
+  finally:
+    _probing[0] = False
+
+
 def any_op(graph, holds, seen=None):
   """Whether `holds(op)` for an op of `graph` or of a function it calls, at any depth."""
   seen = set() if seen is None else seen
@@ -71,21 +97,32 @@ def refuses_state(convert):
   return None
 
 
-def run_sequentially(loop_fn, traced, n, static_n, refusal):
+def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   """`loop_fn(i)` for i in range(n), one iteration after another, stacked; `traced` (the
-  body traced once) gives the output structure. Logs why."""
+  body traced once) gives the output structure, `ragged_flags` (`ragged_outputs`) which
+  outputs differ in size per iteration. Logs why."""
   if trace_module.OPERATION in traced.kinds:
     raise ConversionError(f"{refusal} (The body returns an Operation, which a sequential "
                           "loop of the whole body does not return.)")
   logging.warning("vectorize: the whole body runs as a sequential while loop, which is slow: "
                   "%s", refusal)
   fn = trace_module.autograph_like_caller(loop_fn)
-  # An output whose first axis the trace leaves unknown may differ in size per iteration:
-  # ragged, as the converted body returns it (not under XLA, which needs one size).
-  varying = [0 if options.static_shapes_wanted() else int(ragged.first_dim_varies(t.shape))
-             for t in traced.graph.outputs]
+  # Ragged where the converted body would be (a RaggedTensor the body returns too); a dense
+  # output is checked to have one shape.
+  if options.static_shapes_wanted():
+    varying = [0] * len(traced.graph.outputs)
+  elif ragged_flags is not None:
+    varying = [int(f and ragged.first_dim_varies(t.shape))
+               for f, t in zip(ragged_flags, traced.graph.outputs)]
+  else:
+    varying = _varying_axes(traced)
   outputs = iteration_outputs.IterationOutputs(
-      traced.graph.outputs, varying, "the body runs as a sequential loop, and its")
+      traced.graph.outputs, varying,
+      "the body runs as a sequential loop of the whole body (the warning above says why), "
+      "and an output differs in shape per iteration, which that loop cannot return (only "
+      "RaggedTensors the body builds). To fix: give the output one shape in every iteration "
+      "(pad it and return its length beside it), or update the variable outside the body "
+      "(return per-iteration values), so that the body vectorizes and returns it ragged.")
 
   def step(i, *arrays):
     leaves = tf.nest.flatten(fn(i), expand_composites=False)
@@ -114,3 +151,19 @@ def _parts(leaf, kind):
   if kind == trace_module.RAGGED:
     return [leaf.flat_values] + list(leaf.nested_row_splits)
   return []
+
+
+def _varying_axes(traced):
+  """Per traced output tensor: 1 for a component of a RaggedTensor the body returns whose
+  first axis the trace leaves unknown (it differs per iteration), else 0 (stacked)."""
+  tensors = iter(traced.graph.outputs)
+  ranks = iter(traced.ragged_ranks)
+  varying = []
+  for kind in traced.kinds:
+    if kind == trace_module.TENSOR:
+      next(tensors)
+      varying.append(0)
+    elif kind == trace_module.RAGGED:
+      varying.extend(int(ragged.first_dim_varies(next(tensors).shape))
+                     for _ in range(1 + next(ranks)))
+  return varying

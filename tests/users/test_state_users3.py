@@ -385,10 +385,7 @@ def test_cond_assign_add_or_sub_inside_while_with_prefix_output():
   assert_state([v.numpy().tolist()], ws)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a body with a non-linear variable update (run as one sequential loop) returning a "
-    "fixed-size slice X[i, :2] (static shape [2]) gives a RaggedTensor of shape [n, None] "
-    "(n=2 and n=0), where the loop stacks a dense [n, 2]; X[i] alone comes back dense"))
+# Fixed: the whole-body loop asks a probe conversion which outputs are ragged.
 def test_sequential_body_fixed_size_slice_stays_dense():
   v = tf.Variable(3.)
 

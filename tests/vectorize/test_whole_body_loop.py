@@ -66,9 +66,9 @@ X = tf.constant([[3, 1, 4], [1, 5, 9], [2, 6, 5], [3, 5, 8]])
 
 def _sized_outputs_body(i):
   """A body that runs as a sequential loop (a variable assigned in a loop of i trips) and
-  returns values whose first axis differs per iteration: int32 `x[i, :i]`, a string row per
-  trip, a RaggedTensor it builds, a dense float and a TensorArray's stack (fuzz seed
-  3100301: 'Incompatible shapes during merge' before)."""
+  returns values of per-iteration size (`x[i, :i]`, a TensorArray's stack, a RaggedTensor
+  it builds, split strings), a slice TF's shapes leave unknown but that has one size
+  (`x[i, :2]`: dense, as the loop stacks it) and a float."""
   def write(j, c):
     W.assign(W * 0.5 + c)
     return j + 1, c * 2.0
@@ -78,16 +78,19 @@ def _sized_outputs_body(i):
                      lambda j, ta: (j + 1, ta.write(j, tf.fill([2], tf.cast(j, tf.float32)))),
                      (0, ta))[1]
   return {"prefix": X[i, :i],
-          "words": tf.strings.as_string(tf.range(i)),
+          "stacked": ta.stack(),
           "built": tf.RaggedTensor.from_row_lengths(tf.range(i * 2), [i, i]),
-          "total": total,
-          "stacked": ta.stack()}
+          "words": tf.strings.split(tf.strings.as_string(tf.range(i + 1))),
+          "pair": X[i, :2],
+          "total": total}
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_outputs_of_per_iteration_size(mode, n):
-  """Ragged where sizes differ, as tf.ragged.stack gives; the state the loop leaves."""
+  """Ragged where the converted body would be (fuzz seed 3100301: 'Incompatible shapes
+  during merge' before), dense where the loop is (a probe conversion tells them apart);
+  the state the loop leaves."""
   W.assign(0.0)
   want = [_sized_outputs_body(tf.constant(i)) for i in range(n)]
   want_state = W.numpy()
@@ -100,9 +103,12 @@ def test_outputs_of_per_iteration_size(mode, n):
   else:
     got = tf.function(run, autograph=False)(tf.constant(n))
   assert W.numpy() == want_state
-  assert np.asarray(got["total"]).shape == (n,)
-  np.testing.assert_array_equal(got["total"], [w["total"] for w in want])
-  for key in ("prefix", "words", "stacked", "built"):
+  for key in ("total", "pair"):
+    assert isinstance(got[key], tf.Tensor), (key, type(got[key]))
+    assert got[key].shape[0] == n
+    if n:
+      np.testing.assert_array_equal(got[key], tf.stack([w[key] for w in want]))
+  for key in ("prefix", "stacked", "built", "words"):
     assert isinstance(got[key], tf.RaggedTensor), (key, type(got[key]))
     assert got[key].shape[0] == n
     if n:
