@@ -26,8 +26,22 @@ def _tuple(x):
   return x if isinstance(x, tuple) else (x,)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", programs.CASES, ids=lambda c: c.name)
+# Programs run in all three modes; the others run eagerly and under XLA. The eager form
+# already runs the VM in a tf.function of its own, traced for a batch known only at run time;
+# the caller's tf.function traces the same `vm.run` for a static batch and checks failures with
+# a graph assertion, which does not depend on the program: a few programs of each kind (tree,
+# mutual and deep recursion, tuples, vector state, a loop around a call, a captured index, a
+# while loop) cover it.
+FUNCTION_MODE_PROGRAMS = {"fib", "mutual", "deep", "divmod", "vector", "fib_sum",
+                          "guarded_index", "collatz"}
+
+
+def _vm_params():
+  return [pytest.param(case, mode, id=f"{case.name}-{mode}") for case in programs.CASES
+          for mode in MODES if mode != "function" or case.name in FUNCTION_MODE_PROGRAMS]
+
+
+@pytest.mark.parametrize("case,mode", _vm_params())
 def test_vm_equals_plain_python(case, mode):
   inputs = case.inputs(6, np.random.default_rng(2))
   batched = vectorize.autobatch(case.fn, max_stack_depth=case.depth if mode == "xla" else None)
@@ -162,8 +176,14 @@ def _reference_gradient(fn, inputs, k):
   return np.stack(grads)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", [c for c in programs.CASES if c.grad], ids=lambda c: c.name)
+# Every float program's gradient eagerly and under XLA; in a caller's tf.function (the same
+# gradient of the same VM graph, for a static batch) for deep recursion and vector state.
+FUNCTION_MODE_GRADIENTS = {"deep", "vector"}
+
+
+@pytest.mark.parametrize("case,mode", [
+    pytest.param(case, mode, id=f"{case.name}-{mode}") for case in programs.CASES if case.grad
+    for mode in MODES if mode != "function" or case.name in FUNCTION_MODE_GRADIENTS])
 def test_gradients_equal_per_example_gradients(case, mode):
   inputs = case.inputs(5, np.random.default_rng(3))
   k = case.grad[0]
@@ -183,9 +203,13 @@ def test_gradients_equal_per_example_gradients(case, mode):
                              atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["power", "vector"])
+@pytest.mark.parametrize("name,batch,mode", [
+    # XLA, the failure this guards, for both programs and both sizes.
+    ("power", 1, "xla"), ("power", "run-time", "xla"),
+    ("vector", 1, "xla"), ("vector", "run-time", "xla"),
+    # Without XLA, for one program: an eager call ignores the signature (its run-time form
+    # is test_gradients_equal_per_example_gradients' eager one).
+    ("vector", 1, "eager"), ("vector", 1, "function"), ("vector", "run-time", "function")])
 def test_gradients_with_a_batch_known_only_at_run_time(name, batch, mode):
   """Under XLA with an input_signature of batch None, the gradient failed to compile:
   "Invalid TensorList shape: (f32[50,0], s32[]), expected: (f32[50,2], s32[])" (the
@@ -245,6 +269,22 @@ def test_stack_buffers_stay_out_of_the_block_dispatch():
   np.testing.assert_array_equal(graph_fn(tf.constant([1, 2, 3, 4, 10])), [1, 1, 2, 3, 55])
 
 
+# The sizes and modes `_check_sized` runs a program in. With a batch known only at run time
+# the eager and function modes are one test (`_call_sized` builds the same tf.function for
+# both), so it runs once. Each test runs one program of its construct in all of them, and its
+# other programs (which test_vm_equals_plain_python runs eagerly and under XLA for a static
+# batch) with a batch of one eagerly and a batch known only at run time under XLA.
+SIZED_ALL = [(1, "eager"), (1, "function"), (1, "xla"), ("run-time", "function"),
+             ("run-time", "xla")]
+SIZED_FEW = [(1, "eager"), ("run-time", "xla")]
+
+
+def _sized(full, *others):
+  """(name, batch, mode) parameters: every size and mode for `full`, a few for `others`."""
+  return ([(full, batch, mode) for batch, mode in SIZED_ALL] +
+          [(name, batch, mode) for name in others for batch, mode in SIZED_FEW])
+
+
 def _call_sized(batched, mode, inputs, batch):
   """`_call` on the first `batch` members, or on all of them with the batch size known only
   at run time (`batch="run-time"`: a tf.function traced for `[None, ...]` inputs)."""
@@ -256,9 +296,7 @@ def _call_sized(batched, mode, inputs, batch):
   return fn(*inputs)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["simpson", "simpson_splits", "rotate"])
+@pytest.mark.parametrize("name,batch,mode", _sized("rotate", "simpson", "simpson_splits"))
 def test_adaptive_quadrature_splits_as_often_as_one_example_does(name, batch, mode):
   """The recursive call passes `f_m` on in the `f_b` slot while `f_lm` takes `f_m`'s:
   argument passing copied one parameter at a time, gave `f_b` the new `f_m` and made the
@@ -266,18 +304,14 @@ def test_adaptive_quadrature_splits_as_often_as_one_example_does(name, batch, mo
   _check_sized(name, batch, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["forwarded_pair", "forwarded_recursion"])
+@pytest.mark.parametrize("name,batch,mode", _sized("forwarded_recursion", "forwarded_pair"))
 def test_return_of_a_call_forwards_every_value(name, batch, mode):
   """`return helper(...)` where `helper` returns a pair returns the pair (it was refused:
   "returns 2 values, 1 expected here"), from the entry and inside a recursion."""
   _check_sized(name, batch, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["hanoi_int64", "digits_int64"])
+@pytest.mark.parametrize("name,batch,mode", _sized("hanoi_int64", "digits_int64"))
 def test_int64_inputs_give_int64_results(name, batch, mode):
   """`for k in range(n)` over an int64 `n` was refused; results built from literals only
   (`return 1 + count_digits(n // 10)`) were int32, wrapping past 2**31 (Hanoi's moves)."""
@@ -285,26 +319,22 @@ def test_int64_inputs_give_int64_results(name, batch, mode):
   assert got.dtype == tf.int64
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["while_true", "while_true_break"])
+@pytest.mark.parametrize("name,batch,mode", _sized("while_true", "while_true_break"))
 def test_while_true_is_left_only_by_return_or_break(name, batch, mode):
   """`while True:` left only by `return` was refused ("can reach its end without
   `return`"): the loop's false edge, which a literal test never takes, fell off the end."""
   _check_sized(name, batch, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
+@pytest.mark.parametrize("batch,mode", SIZED_ALL)
 def test_chained_comparison_is_an_elementwise_and(batch, mode):
   """`lo <= DATA[j] < hi` asked a traced tensor for its truth value (Python's `and` between
   the two comparisons): OperatorNotAllowedInGraphError."""
   _check_sized("chained_comparison", batch, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("batch", [1, "run-time"])
-@pytest.mark.parametrize("name", ["conditional_expression", "float_conditional_expression"])
+@pytest.mark.parametrize("name,batch,mode",
+                         _sized("conditional_expression", "float_conditional_expression"))
 def test_conditional_expression_is_a_select(name, batch, mode):
   """`a if a >= 0 else -a` asked a traced tensor for its truth value
   (OperatorNotAllowedInGraphError); it is now a select of both sides."""
