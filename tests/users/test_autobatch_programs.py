@@ -2,10 +2,11 @@
 written from the README and `help(vectorize.autobatch)` alone.
 
 Each program is written for ONE example in plain Python, batched with `autobatch`, and run
-in three forms (eager, inside `tf.function`, under `tf.function(jit_compile=True)`) on a
-batch of several examples and on a batch of one; the reference is the same function run per
-example, eagerly (and, where it is cheap, a pure-Python computation too). Where floats flow,
-the gradient of the batched result is compared with the per-example gradient.
+eagerly and under `tf.function(jit_compile=True)` (a representative of each kind inside a
+plain `tf.function` too, see MODES) on a batch of several examples and on a batch of one;
+the reference is the same function run per example, eagerly (and, where it is cheap, a
+pure-Python computation too). Where floats flow, the gradient of the batched result is
+compared with the per-example gradient.
 """
 import math
 
@@ -15,7 +16,22 @@ import tensorflow as tf
 
 import vectorize
 
-MODES = ["eager", "function", "xla"]
+ALL_MODES = ["eager", "function", "xla"]
+# Most programs run eagerly and under XLA; a representative of each kind (integer, captured
+# tensors, parsing, graphs, float gradients, samplers, mutual recursion, tuples, the
+# depth-limit error, loops) runs inside a tf.function too. The eager form runs the VM in a
+# tf.function of autobatch's own, traced for a batch of None; the function form traces the
+# same VM for the same signature inside the caller's function, and checks failures there
+# with a graph assertion, which does not depend on the program.
+MODES = ["eager", "xla"]
+# A program whose XLA run another test makes runs without XLA: the same function under XLA
+# in test_batch_of_one_under_xla (gcd, hanoi_moves) or test_xla_gradient_with_unknown_batch_
+# signature (golden), or the same construct in tests/pc/test_autobatch.py, which runs it in
+# every mode (abs_gcd and isqrt_ceil are its programs; a chained comparison over a captured
+# tensor; int64 results from literals; a forwarded tuple, which the parser's XLA run returns
+# unpacked).
+NO_XLA = ["eager", "function"]
+EAGER = ["eager"]
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +193,7 @@ def gcd(a, b):
   return gcd(b, a % b)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_gcd_int32(mode):
   a = tf.constant([48, 17, 0, 1071, 7], tf.int32)
   b = tf.constant([18, 5, 9, 462, 0], tf.int32)
@@ -221,7 +237,7 @@ def hanoi_moves(n):
   return 2 * hanoi_moves(n - 1) + 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hanoi_move_count_int64(mode):
   n = tf.constant([3, 40, 0, 62, 10], tf.int64)
   want = np.array([2 ** int(v) - 1 for v in n.numpy()], np.int64)
@@ -288,7 +304,7 @@ def sort_row(row):
   return quicksort(SORT_DATA[row], 0, N_SORT - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_quicksort_index_ranges_over_captured_tensor(mode):
   rows = tf.constant([3, 0, 4, 1], tf.int32)
   want = np.sort(SORT_DATA.numpy()[rows.numpy()], axis=1)
@@ -386,7 +402,7 @@ def parse(row):
   return v, pos
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_recursive_descent_parser(mode):
   rows = tf.constant([3, 0, 1, 4, 2], tf.int32)
   want = (np.array([eval(EXPRS[r]) for r in rows.numpy()], np.int64),
@@ -466,7 +482,7 @@ def _reach_py(adj, s):
   return [int(u in seen) for u in range(len(adj))]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_dfs_reachability_on_adjacency_matrix(mode):
   g = tf.constant([0, 2, 1, 0, 1], tf.int32)
   s = tf.constant([0, 3, 0, 4, 2], tf.int32)
@@ -576,7 +592,7 @@ def weighted_tree_sum(scale, t):
   return tree_sum(t, 0, scale)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_binary_tree_sum_float32_with_gradient(mode):
   scale = tf.constant([1.0, -2.0, 0.5, 3.0], tf.float32)
   t = tf.constant([0, 1, 1, 0], tf.int32)
@@ -638,7 +654,7 @@ def cube_root_bisect(c, tol):
   return (lo + hi) / 2
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_bisection_with_tolerance_float32(mode):
   c = tf.constant([8.0, 0.125, 27.0, 2.0, 1000.0], tf.float32)
   tol = tf.constant([1e-4, 1e-6, 1e-3, 1e-5, 1e-2], tf.float32)
@@ -691,7 +707,7 @@ def golden(x, n):
   return x + 1.0 / golden(x, n - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_continued_fraction_golden_float32(mode):
   x = tf.constant([1.0, 2.0, 0.5, 3.0], tf.float32)
   n = tf.constant([20, 0, 7, 3], tf.int64)
@@ -726,7 +742,7 @@ def draw_table(sampler, seeds, steps, xla):
   return {s: values[i] for i, s in enumerate(seeds)}
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_random_walk_stateless_per_example_seeds(mode):
   seed = tf.constant([11, 12, 13, 14, 15], tf.int32)
   start = tf.constant([0, 4, -4, 2, 5], tf.int32)
@@ -837,7 +853,7 @@ def count_even_odd(n):
   return evens, odds, is_even(n)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_mutual_recursion_is_even_is_odd_in_loop(mode):
   n = tf.constant([5, 0, 8, 1, 3], tf.int32)
   want = (np.array([(v + 1) // 2 for v in n.numpy()], np.int32),
@@ -917,7 +933,7 @@ def _egcd_py(a, b):
 
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_extended_gcd_returns_triple_int64(mode):
   a = tf.constant([240, 17, 2 ** 40, 5, 0], tf.int64)
   b = tf.constant([46, 5, 6 ** 10, 0, 7], tf.int64)
@@ -1032,7 +1048,7 @@ def _first_run_py(r, t):
   return -1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_break_and_continue_over_captured_row(mode):
   row = tf.constant([0, 1, 2, 3, 0], tf.int32)
   th = tf.constant([3, 5, 1, 10, 19], tf.int32)
@@ -1054,13 +1070,13 @@ def scaled_sum(n):
   return s
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_int64_accumulator_started_at_literal(mode):
   n = tf.constant([5, 2 ** 40, -3], tf.int64)
   check(scaled_sum, mode, n, dtypes=tf.int64, expected=6 * n.numpy(), max_stack_depth=1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_factorial_int64_literal_base_case(mode):
   n = tf.constant([5, 0, 20, 1], tf.int64)
   want = np.array([math.factorial(int(v)) for v in n.numpy()], np.int64)
@@ -1075,7 +1091,7 @@ def parse_forwarding(row):
   return expr(row, 0)                          # expr returns (value, position)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_forward_tuple_result(mode):
   rows = tf.constant([3, 0, 1], tf.int32)
   want = (np.array([eval(EXPRS[r]) for r in rows.numpy()], np.int64),
@@ -1109,7 +1125,7 @@ def doubling(x, n):
   return 2.0 * doubling(x, n - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_recursion_deeper_than_max_stack_depth(mode):
   batched = vectorize.autobatch(doubling, max_stack_depth=5)
   x = tf.constant([1.0, 1.5, 1.0], tf.float32)
@@ -1220,7 +1236,7 @@ def isqrt_ceil(n):
     k += 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_while_true_with_return_inside(mode):
   n = tf.constant([10, 0, 16, 17], tf.int32)
   check(isqrt_ceil, mode, n, dtypes=tf.int32, expected=np.array([4, 0, 4, 5], np.int32),
@@ -1236,7 +1252,7 @@ def in_range_count(lo, hi):
   return count
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_chained_comparison(mode):
   lo = tf.constant([0, 5, 10], tf.int32)
   hi = tf.constant([5, 15, 11], tf.int32)
@@ -1253,7 +1269,7 @@ def abs_gcd(a, b):
   return abs_gcd(b, a % b)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_conditional_expression_without_calls(mode):
   a = tf.constant([-48, 17, 0], tf.int32)
   b = tf.constant([18, -5, 9], tf.int32)
