@@ -24,12 +24,22 @@ ALL_MODES = ["eager", "function", "xla"]
 # same VM for the same signature inside the caller's function, and checks failures there
 # with a graph assertion, which does not depend on the program.
 MODES = ["eager", "xla"]
-# A program whose XLA run another test makes runs without XLA: the same function under XLA
-# in test_batch_of_one_under_xla (gcd, hanoi_moves) or test_xla_gradient_with_unknown_batch_
-# signature (golden), or the same construct in tests/pc/test_autobatch.py, which runs it in
-# every mode (abs_gcd and isqrt_ceil are its programs; a chained comparison over a captured
-# tensor; int64 results from literals; a forwarded tuple, which the parser's XLA run returns
-# unpacked).
+# A program whose construct another XLA run here or in tests/pc/test_autobatch.py compiles
+# runs without XLA:
+# - the same function: test_batch_of_one_under_xla (gcd, hanoi_moves),
+#   test_xla_gradient_with_unknown_batch_signature (golden), tests/pc (abs_gcd, isqrt_ceil);
+# - the same construct under XLA elsewhere here: tree recursion of int64 (binomial; not
+#   hanoi_disk_moves), nested recursion (ackermann, hofstadter_female_male; not hofstadter_q),
+#   a loop calling a recursion (catalan; not tree_height, nor the int32 sum_of_triangles),
+#   an early return inside a loop (tests/pc's early_return; not bfs_distance nor
+#   smallest_factor's), gradients of a float64 loop and recursion (newton_sqrt, power's
+#   forwarding helper; not the quadrature's nor tan's continued fraction; golden's float32
+#   one in its own test), per-example stateless draws (the random walk; not the rejection
+#   sampler's);
+# - in tests/pc, which runs it in every mode: a chained comparison over a captured tensor,
+#   int64 results from literals, a forwarded tuple (the parser's XLA run returns the same
+#   pair unpacked).
+# Every program still runs eagerly, its gradient compared where floats flow.
 NO_XLA = ["eager", "function"]
 EAGER = ["eager"]
 
@@ -252,7 +262,7 @@ def hanoi_disk_moves(n, disk):
   return hanoi_disk_moves(n - 1, disk) + here + hanoi_disk_moves(n - 1, disk)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hanoi_moves_of_one_disk_int64(mode):
   n = tf.constant([4, 5, 1, 6], tf.int64)
   d = tf.constant([1, 5, 1, 3], tf.int64)
@@ -440,7 +450,7 @@ def _height_py(par):
   return max(d(v) for v in range(len(par)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_tree_depth_from_parent_array(mode):
   trees = tf.constant([1, 0, 2, 3], tf.int32)
   want = np.array([_height_py(PARENTS.numpy()[t].tolist()) for t in trees.numpy()], np.int32)
@@ -523,7 +533,7 @@ def _bfs_py(adj, s, t):
   return -1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_bfs_shortest_distance_early_return(mode):
   g = tf.constant([2, 0, 0, 1, 2], tf.int32)
   s = tf.constant([0, 0, 4, 0, 3], tf.int32)
@@ -630,7 +640,7 @@ def integrate(c, b):
   return integral, count
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_adaptive_quadrature_float64_returns_integral_and_count(mode):
   c = tf.constant([4.0, 0.5, 2.0], tf.float64)
   b = tf.constant([3.0, 1.0, 0.25], tf.float64)
@@ -692,7 +702,7 @@ def tan_lambert(x, n):
   return x / tan_cf(x * x, 0, n)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_continued_fraction_tan_float64(mode):
   x = tf.constant([0.3, -1.2, 1.0, 0.0, 1.5], tf.float64)
   n = tf.constant([12, 14, 3, 1, 15], tf.int32)
@@ -775,7 +785,7 @@ def truncated_normal(lo, seed):
   return z, tries                      # (`return rejection(...)`: see test_forward_tuple_result)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_rejection_sampler_recursive_float64(mode):
   lo = tf.constant([1.0, -1.0, 0.5, 1.5], tf.float64)
   seed = tf.constant([3, 4, 5, 6], tf.int32)
@@ -904,7 +914,7 @@ def hof_q(n):
   return hof_q(n - hof_q(n - 1)) + hof_q(n - hof_q(n - 2))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hofstadter_q_int32(mode):
   n = tf.constant([9, 1, 6, 3], tf.int32)
   q = [0, 1, 1]
@@ -977,8 +987,10 @@ def sum_of_triangles(n):
 
 
 
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64], ids=["int32", "int64"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode,dtype", [
+    pytest.param("eager", tf.int32, id="eager-int32"),
+    pytest.param("eager", tf.int64, id="eager-int64"),
+    pytest.param("xla", tf.int64, id="xla-int64")])     # int32 under XLA: test_catalan_...
 def test_for_range_tensor_n_calling_recursion(mode, dtype):
   n = tf.constant([4, 0, 7, 1, 10], dtype)
   want = np.array([sum(k * (k + 1) // 2 for k in range(v)) for v in n.numpy()],
@@ -1002,7 +1014,7 @@ def factorize_count(n):
   return 1 + factorize_count(n // smallest_factor(n))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_early_return_inside_for_loop_int32(mode):
   n = tf.constant([360, 97, 1, 2 ** 20, 9991, 2], tf.int32)
   def omega(v):
