@@ -2,8 +2,8 @@
 lengths (static, run-time, zero), dtypes and modes (tf.function, eager, XLA).
 
 Every stacking pattern runs with each dtype combination at n = 3; the first combination also
-runs at the case's other loop lengths (1 and 0), with n known only at run time, and under
-XLA."""
+runs with n known only at run time and under XLA, and, for the patterns that stack one
+argument or all of them, at the case's other loop lengths (1 and 0)."""
 
 import numpy as np
 import pytest
@@ -14,12 +14,19 @@ from tests import testing
 from tests.converters.op_cases import ALL_CASES
 
 
-def _loop_lengths(case, combo_index):
-  """The case's loop lengths for its first dtype combination; n = 3 alone for the others.
-  A loop of one or of no iteration is a matter of shapes, which a converter handles alike
-  for every dtype (as the run-time n, tested with the first combination only); each dtype's
-  kernels and dtype handling run at n = 3."""
-  if combo_index == 0 or 3 not in case.loop_lengths:
+def _loop_lengths(case, pattern, combo_index):
+  """The case's loop lengths for its first dtype combination and a pattern that stacks one
+  argument or all of them; n = 3 alone for the others. A loop of one or of no iteration is a
+  matter of shapes: a converter handles them alike for every dtype (as the run-time n,
+  tested with the first combination only), and per argument, stacked or not, which the
+  patterns stacking each argument alone and all of them cover (a case with none of those
+  keeps its first pattern's). Each dtype's kernels and each pattern run at n = 3."""
+  def stacks_one_or_all(p):
+    return sum(p) == 1 or all(p)
+  patterns = case.stacking_patterns()
+  edges = (stacks_one_or_all(pattern) or
+           (pattern == patterns[0] and not any(map(stacks_one_or_all, patterns))))
+  if (combo_index == 0 and edges) or 3 not in case.loop_lengths:
     return case.loop_lengths
   return (3,)
 
@@ -31,7 +38,7 @@ def _instances():
       pattern_id = ",".join("stacked" if s else "invariant" for s in pattern)
       for combo_index, dtypes in enumerate(dtype_combos):
         dtype_id = "-".join(sorted({d.name for d in dtypes}))
-        for n in _loop_lengths(case, combo_index):
+        for n in _loop_lengths(case, pattern, combo_index):
           yield pytest.param(case, pattern, dtypes, n, "function",
                              id=f"{case.name}-{pattern_id}-n{n}-{dtype_id}")
         if combo_index == 0:
