@@ -1,9 +1,9 @@
 """Every OpCase against the sequential reference, expanded over stacking patterns, loop
 lengths (static, run-time, zero), dtypes and modes (tf.function, eager, XLA).
 
-Every stacking pattern runs with each dtype combination at n = 3; the first combination also
-runs with n known only at run time and under XLA, and, for the patterns that stack one
-argument or all of them, at the case's other loop lengths (1 and 0)."""
+Every stacking pattern runs with each dtype combination at n = 3, and with the first one under
+XLA; the first combination also runs, for the patterns that stack one argument or all of
+them, at the case's other loop lengths (1 and 0) and with n known only at run time."""
 
 import numpy as np
 import pytest
@@ -14,19 +14,25 @@ from tests import testing
 from tests.converters.op_cases import ALL_CASES
 
 
-def _loop_lengths(case, pattern, combo_index):
-  """The case's loop lengths for its first dtype combination and a pattern that stacks one
-  argument or all of them; n = 3 alone for the others. A loop of one or of no iteration is a
-  matter of shapes: a converter handles them alike for every dtype (as the run-time n,
-  tested with the first combination only), and per argument, stacked or not, which the
-  patterns stacking each argument alone and all of them cover (a case with none of those
-  keeps its first pattern's). Each dtype's kernels and each pattern run at n = 3."""
+def _sizes_pattern(case, pattern):
+  """Whether `pattern` runs the loop-size variants (n = 1 and 0, n known only at run time):
+  it stacks one argument or all of them, or the case has no such pattern and it is the
+  first. How a converter handles the loop's size (one or no iteration, a leading dimension
+  unknown until run time) depends on each argument being stacked or not, which those
+  patterns cover; a mixed pattern (stacked,stacked,invariant) combines them."""
   def stacks_one_or_all(p):
     return sum(p) == 1 or all(p)
   patterns = case.stacking_patterns()
-  edges = (stacks_one_or_all(pattern) or
-           (pattern == patterns[0] and not any(map(stacks_one_or_all, patterns))))
-  if (combo_index == 0 and edges) or 3 not in case.loop_lengths:
+  return stacks_one_or_all(pattern) or (
+      pattern == patterns[0] and not any(map(stacks_one_or_all, patterns)))
+
+
+def _loop_lengths(case, pattern, combo_index):
+  """The case's loop lengths for its first dtype combination and a sizes pattern; n = 3
+  alone for the others. A loop of one or of no iteration is a matter of shapes, which a
+  converter handles alike for every dtype (as the run-time n, tested with the first
+  combination only). Each dtype's kernels and each pattern run at n = 3."""
+  if (combo_index == 0 and _sizes_pattern(case, pattern)) or 3 not in case.loop_lengths:
     return case.loop_lengths
   return (3,)
 
@@ -41,7 +47,7 @@ def _instances():
         for n in _loop_lengths(case, pattern, combo_index):
           yield pytest.param(case, pattern, dtypes, n, "function",
                              id=f"{case.name}-{pattern_id}-n{n}-{dtype_id}")
-        if combo_index == 0:
+        if combo_index == 0 and _sizes_pattern(case, pattern):
           yield pytest.param(case, pattern, dtypes, 3, "dynamic",
                              id=f"{case.name}-{pattern_id}-dynamic_n-{dtype_id}")
 
