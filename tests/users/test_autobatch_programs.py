@@ -746,8 +746,9 @@ def draw_table(sampler, seeds, steps, xla):
   """sampler(seed=[s, k]) for every s in seeds, k < steps, computed as TF computes it in the
   mode under test (XLA draws other numbers than the TF kernels, for plain TF code too)."""
   pairs = tf.constant([[s, k] for s in seeds for k in range(steps)], tf.int32)
+  # (autograph=False: nothing to convert, and converting the lambda parses this module)
   f = tf.function(lambda p: tf.map_fn(sampler, p, fn_output_signature=sampler(p[0]).dtype),
-                  jit_compile=xla)
+                  jit_compile=xla, autograph=False)
   values = f(pairs).numpy().reshape(len(seeds), steps)
   return {s: values[i] for i, s in enumerate(seeds)}
 
