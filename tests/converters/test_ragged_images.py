@@ -72,9 +72,13 @@ def _assert_close(actual, expected):
     np.testing.assert_allclose(a.numpy().astype(np.float64), e, rtol=1e-6, atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [N, 0])
-@pytest.mark.parametrize("name", sorted(BODIES))
+# Every body eagerly and with a run-time n; "bilinear" in a caller's tf.function too. An eager
+# pfor of a static n traces the same `pfor_in_graph` in a tf.function of its own, so the
+# caller's function adds nothing that depends on the body.
+@pytest.mark.parametrize("name,n,mode", [
+    pytest.param(name, n, mode, id=f"{name}-{n}-{mode}") for name in sorted(BODIES)
+    for n in (N, 0) for mode in ("eager", "function", "dynamic")
+    if mode != "function" or name == "bilinear"])
 def test_images_of_own_sizes_resized_equal_loop(name, n, mode):
   body = BODIES[name]
   _assert_close(_run(body, n, mode), _reference(body, n))

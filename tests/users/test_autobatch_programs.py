@@ -2,10 +2,11 @@
 written from the README and `help(vectorize.autobatch)` alone.
 
 Each program is written for ONE example in plain Python, batched with `autobatch`, and run
-in three forms (eager, inside `tf.function`, under `tf.function(jit_compile=True)`) on a
-batch of several examples and on a batch of one; the reference is the same function run per
-example, eagerly (and, where it is cheap, a pure-Python computation too). Where floats flow,
-the gradient of the batched result is compared with the per-example gradient.
+eagerly and under `tf.function(jit_compile=True)` (a representative of each kind inside a
+plain `tf.function` too, see MODES) on a batch of several examples and on a batch of one;
+the reference is the same function run per example, eagerly (and, where it is cheap, a
+pure-Python computation too). Where floats flow, the gradient of the batched result is
+compared with the per-example gradient.
 """
 import math
 
@@ -15,7 +16,32 @@ import tensorflow as tf
 
 import vectorize
 
-MODES = ["eager", "function", "xla"]
+ALL_MODES = ["eager", "function", "xla"]
+# Most programs run eagerly and under XLA; a representative of each kind (integer, captured
+# tensors, parsing, graphs, float gradients, samplers, mutual recursion, tuples, the
+# depth-limit error, loops) runs inside a tf.function too. The eager form runs the VM in a
+# tf.function of autobatch's own, traced for a batch of None; the function form traces the
+# same VM for the same signature inside the caller's function, and checks failures there
+# with a graph assertion, which does not depend on the program.
+MODES = ["eager", "xla"]
+# A program whose construct another XLA run here or in tests/pc/test_autobatch.py compiles
+# runs without XLA:
+# - the same function: test_batch_of_one_under_xla (gcd, hanoi_moves),
+#   test_xla_gradient_with_unknown_batch_signature (golden), tests/pc (abs_gcd, isqrt_ceil);
+# - the same construct under XLA elsewhere here: tree recursion of int64 (binomial; not
+#   hanoi_disk_moves), nested recursion (ackermann, hofstadter_female_male; not hofstadter_q),
+#   a loop calling a recursion (catalan; not tree_height, nor the int32 sum_of_triangles),
+#   an early return inside a loop (tests/pc's early_return; not bfs_distance nor
+#   smallest_factor's), gradients of a float64 loop and recursion (newton_sqrt, power's
+#   forwarding helper; not the quadrature's nor tan's continued fraction; golden's float32
+#   one in its own test), per-example stateless draws (the random walk; not the rejection
+#   sampler's);
+# - in tests/pc, which runs it in every mode: a chained comparison over a captured tensor,
+#   int64 results from literals, a forwarded tuple (the parser's XLA run returns the same
+#   pair unpacked).
+# Every program still runs eagerly, its gradient compared where floats flow.
+NO_XLA = ["eager", "function"]
+EAGER = ["eager"]
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +203,7 @@ def gcd(a, b):
   return gcd(b, a % b)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_gcd_int32(mode):
   a = tf.constant([48, 17, 0, 1071, 7], tf.int32)
   b = tf.constant([18, 5, 9, 462, 0], tf.int32)
@@ -221,7 +247,7 @@ def hanoi_moves(n):
   return 2 * hanoi_moves(n - 1) + 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hanoi_move_count_int64(mode):
   n = tf.constant([3, 40, 0, 62, 10], tf.int64)
   want = np.array([2 ** int(v) - 1 for v in n.numpy()], np.int64)
@@ -236,7 +262,7 @@ def hanoi_disk_moves(n, disk):
   return hanoi_disk_moves(n - 1, disk) + here + hanoi_disk_moves(n - 1, disk)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hanoi_moves_of_one_disk_int64(mode):
   n = tf.constant([4, 5, 1, 6], tf.int64)
   d = tf.constant([1, 5, 1, 3], tf.int64)
@@ -288,7 +314,7 @@ def sort_row(row):
   return quicksort(SORT_DATA[row], 0, N_SORT - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_quicksort_index_ranges_over_captured_tensor(mode):
   rows = tf.constant([3, 0, 4, 1], tf.int32)
   want = np.sort(SORT_DATA.numpy()[rows.numpy()], axis=1)
@@ -386,7 +412,7 @@ def parse(row):
   return v, pos
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_recursive_descent_parser(mode):
   rows = tf.constant([3, 0, 1, 4, 2], tf.int32)
   want = (np.array([eval(EXPRS[r]) for r in rows.numpy()], np.int64),
@@ -424,7 +450,7 @@ def _height_py(par):
   return max(d(v) for v in range(len(par)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_tree_depth_from_parent_array(mode):
   trees = tf.constant([1, 0, 2, 3], tf.int32)
   want = np.array([_height_py(PARENTS.numpy()[t].tolist()) for t in trees.numpy()], np.int32)
@@ -466,7 +492,7 @@ def _reach_py(adj, s):
   return [int(u in seen) for u in range(len(adj))]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_dfs_reachability_on_adjacency_matrix(mode):
   g = tf.constant([0, 2, 1, 0, 1], tf.int32)
   s = tf.constant([0, 3, 0, 4, 2], tf.int32)
@@ -507,7 +533,7 @@ def _bfs_py(adj, s, t):
   return -1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_bfs_shortest_distance_early_return(mode):
   g = tf.constant([2, 0, 0, 1, 2], tf.int32)
   s = tf.constant([0, 0, 4, 0, 3], tf.int32)
@@ -576,7 +602,7 @@ def weighted_tree_sum(scale, t):
   return tree_sum(t, 0, scale)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_binary_tree_sum_float32_with_gradient(mode):
   scale = tf.constant([1.0, -2.0, 0.5, 3.0], tf.float32)
   t = tf.constant([0, 1, 1, 0], tf.int32)
@@ -614,7 +640,7 @@ def integrate(c, b):
   return integral, count
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_adaptive_quadrature_float64_returns_integral_and_count(mode):
   c = tf.constant([4.0, 0.5, 2.0], tf.float64)
   b = tf.constant([3.0, 1.0, 0.25], tf.float64)
@@ -638,7 +664,7 @@ def cube_root_bisect(c, tol):
   return (lo + hi) / 2
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_bisection_with_tolerance_float32(mode):
   c = tf.constant([8.0, 0.125, 27.0, 2.0, 1000.0], tf.float32)
   tol = tf.constant([1e-4, 1e-6, 1e-3, 1e-5, 1e-2], tf.float32)
@@ -676,7 +702,7 @@ def tan_lambert(x, n):
   return x / tan_cf(x * x, 0, n)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_continued_fraction_tan_float64(mode):
   x = tf.constant([0.3, -1.2, 1.0, 0.0, 1.5], tf.float64)
   n = tf.constant([12, 14, 3, 1, 15], tf.int32)
@@ -691,7 +717,7 @@ def golden(x, n):
   return x + 1.0 / golden(x, n - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_continued_fraction_golden_float32(mode):
   x = tf.constant([1.0, 2.0, 0.5, 3.0], tf.float32)
   n = tf.constant([20, 0, 7, 3], tf.int64)
@@ -720,13 +746,14 @@ def draw_table(sampler, seeds, steps, xla):
   """sampler(seed=[s, k]) for every s in seeds, k < steps, computed as TF computes it in the
   mode under test (XLA draws other numbers than the TF kernels, for plain TF code too)."""
   pairs = tf.constant([[s, k] for s in seeds for k in range(steps)], tf.int32)
+  # (autograph=False: nothing to convert, and converting the lambda parses this module)
   f = tf.function(lambda p: tf.map_fn(sampler, p, fn_output_signature=sampler(p[0]).dtype),
-                  jit_compile=xla)
+                  jit_compile=xla, autograph=False)
   values = f(pairs).numpy().reshape(len(seeds), steps)
   return {s: values[i] for i, s in enumerate(seeds)}
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_random_walk_stateless_per_example_seeds(mode):
   seed = tf.constant([11, 12, 13, 14, 15], tf.int32)
   start = tf.constant([0, 4, -4, 2, 5], tf.int32)
@@ -759,7 +786,7 @@ def truncated_normal(lo, seed):
   return z, tries                      # (`return rejection(...)`: see test_forward_tuple_result)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_rejection_sampler_recursive_float64(mode):
   lo = tf.constant([1.0, -1.0, 0.5, 1.5], tf.float64)
   seed = tf.constant([3, 4, 5, 6], tf.int32)
@@ -837,7 +864,7 @@ def count_even_odd(n):
   return evens, odds, is_even(n)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_mutual_recursion_is_even_is_odd_in_loop(mode):
   n = tf.constant([5, 0, 8, 1, 3], tf.int32)
   want = (np.array([(v + 1) // 2 for v in n.numpy()], np.int32),
@@ -888,7 +915,7 @@ def hof_q(n):
   return hof_q(n - hof_q(n - 1)) + hof_q(n - hof_q(n - 2))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_hofstadter_q_int32(mode):
   n = tf.constant([9, 1, 6, 3], tf.int32)
   q = [0, 1, 1]
@@ -917,7 +944,7 @@ def _egcd_py(a, b):
 
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_extended_gcd_returns_triple_int64(mode):
   a = tf.constant([240, 17, 2 ** 40, 5, 0], tf.int64)
   b = tf.constant([46, 5, 6 ** 10, 0, 7], tf.int64)
@@ -961,8 +988,10 @@ def sum_of_triangles(n):
 
 
 
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64], ids=["int32", "int64"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode,dtype", [
+    pytest.param("eager", tf.int32, id="eager-int32"),
+    pytest.param("eager", tf.int64, id="eager-int64"),
+    pytest.param("xla", tf.int64, id="xla-int64")])     # int32 under XLA: test_catalan_...
 def test_for_range_tensor_n_calling_recursion(mode, dtype):
   n = tf.constant([4, 0, 7, 1, 10], dtype)
   want = np.array([sum(k * (k + 1) // 2 for k in range(v)) for v in n.numpy()],
@@ -986,7 +1015,7 @@ def factorize_count(n):
   return 1 + factorize_count(n // smallest_factor(n))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_early_return_inside_for_loop_int32(mode):
   n = tf.constant([360, 97, 1, 2 ** 20, 9991, 2], tf.int32)
   def omega(v):
@@ -1032,7 +1061,7 @@ def _first_run_py(r, t):
   return -1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_break_and_continue_over_captured_row(mode):
   row = tf.constant([0, 1, 2, 3, 0], tf.int32)
   th = tf.constant([3, 5, 1, 10, 19], tf.int32)
@@ -1054,13 +1083,13 @@ def scaled_sum(n):
   return s
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_int64_accumulator_started_at_literal(mode):
   n = tf.constant([5, 2 ** 40, -3], tf.int64)
   check(scaled_sum, mode, n, dtypes=tf.int64, expected=6 * n.numpy(), max_stack_depth=1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_factorial_int64_literal_base_case(mode):
   n = tf.constant([5, 0, 20, 1], tf.int64)
   want = np.array([math.factorial(int(v)) for v in n.numpy()], np.int64)
@@ -1075,7 +1104,7 @@ def parse_forwarding(row):
   return expr(row, 0)                          # expr returns (value, position)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_forward_tuple_result(mode):
   rows = tf.constant([3, 0, 1], tf.int32)
   want = (np.array([eval(EXPRS[r]) for r in rows.numpy()], np.int64),
@@ -1109,7 +1138,7 @@ def doubling(x, n):
   return 2.0 * doubling(x, n - 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_recursion_deeper_than_max_stack_depth(mode):
   batched = vectorize.autobatch(doubling, max_stack_depth=5)
   x = tf.constant([1.0, 1.5, 1.0], tf.float32)
@@ -1220,7 +1249,7 @@ def isqrt_ceil(n):
     k += 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", NO_XLA)
 def test_while_true_with_return_inside(mode):
   n = tf.constant([10, 0, 16, 17], tf.int32)
   check(isqrt_ceil, mode, n, dtypes=tf.int32, expected=np.array([4, 0, 4, 5], np.int32),
@@ -1236,7 +1265,7 @@ def in_range_count(lo, hi):
   return count
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_chained_comparison(mode):
   lo = tf.constant([0, 5, 10], tf.int32)
   hi = tf.constant([5, 15, 11], tf.int32)
@@ -1253,7 +1282,7 @@ def abs_gcd(a, b):
   return abs_gcd(b, a % b)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EAGER)
 def test_conditional_expression_without_calls(mode):
   a = tf.constant([-48, 17, 0], tf.int32)
   b = tf.constant([18, -5, 9], tf.int32)

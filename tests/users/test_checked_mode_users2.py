@@ -47,22 +47,33 @@ def test_bad_sample_rejected_clearly(bad):
   assert "sample" in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("bad", ["-3", "yes-please", "0.5"])
-def test_bad_env_value_rejected_clearly(bad):
+BAD_ENV_VALUES = ["-3", "yes-please", "0.5"]
+
+
+def test_bad_env_value_rejected_clearly():
+  """Each bad value in one fresh process (the variable is read at each call; the first is
+  set before the import): three processes importing TensorFlow cost three times as much."""
   src = textwrap.dedent("""
+    import os, sys
     import tensorflow as tf, vectorize
-    try:
-      vectorize.pfor(lambda i: tf.cast(i, tf.float32) * 2.0, 3)
-    except (ValueError, TypeError) as e:
-      print("ERR", e)
-    else:
-      print("RAN")
+    for bad in sys.argv[1:]:
+      os.environ["VECTORIZE_CHECKED"] = bad
+      try:
+        vectorize.pfor(lambda i: tf.cast(i, tf.float32) * 2.0, 3)
+      except (ValueError, TypeError) as e:
+        print(repr(bad), "ERR", e)
+      else:
+        print(repr(bad), "RAN")
   """)
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", VECTORIZE_CHECKED=bad)
-  p = subprocess.run([sys.executable, "-c", src], env=env, cwd=ROOT, capture_output=True,
-                     text=True, timeout=200)
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+             VECTORIZE_CHECKED=BAD_ENV_VALUES[0])
+  p = subprocess.run([sys.executable, "-c", src] + BAD_ENV_VALUES, env=env, cwd=ROOT,
+                     capture_output=True, text=True, timeout=200)
   out = p.stdout + p.stderr
-  assert "ERR" in p.stdout and "VECTORIZE_CHECKED" in p.stdout, out[-2000:]
+  lines = [line for line in p.stdout.splitlines() if line.startswith("'")]
+  assert len(lines) == len(BAD_ENV_VALUES), out[-2000:]
+  for bad, line in zip(BAD_ENV_VALUES, lines):
+    assert line.startswith(f"{bad!r} ERR") and "VECTORIZE_CHECKED" in line, out[-2000:]
 
 
 def test_checked_nested_with_outer_none_inner_sample():

@@ -30,6 +30,17 @@ def _run(body, n, mode, fallback=True):
   return tf.function(pfor, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
 
 
+def _params(bodies, in_function):
+  """(name, n, mode) for every body eagerly and with a run-time n, at n = N and 0; in a
+  caller's tf.function for `in_function` only. An eager pfor of a static n traces the same
+  `pfor_in_graph` in a tf.function of its own and returns its (ragged) outputs out of it
+  alike, so a caller's function adds nothing that depends on the body."""
+  assert in_function in bodies
+  return [pytest.param(name, n, mode, id=f"{name}-{n}-{mode}") for name in sorted(bodies)
+          for n in (N, 0) for mode in ("eager", "function", "dynamic")
+          if mode != "function" or name == in_function]
+
+
 FALLBACK_BODIES = {
     # CumulativeLogsumexp has no ragged converter: it runs row by row on the ragged value.
     "cumulative_logsumexp_of_ragged": lambda i: tf.math.cumulative_logsumexp(_positive(i)),
@@ -43,9 +54,7 @@ FALLBACK_BODIES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [N, 0])
-@pytest.mark.parametrize("name", sorted(FALLBACK_BODIES))
+@pytest.mark.parametrize("name,n,mode", _params(FALLBACK_BODIES, "string_split"))
 def test_fallback_gives_ragged_values(name, n, mode):
   body = FALLBACK_BODIES[name]
   assert_equal_to_loop(_run(body, n, mode), _reference(body, n))
@@ -119,9 +128,7 @@ RETURNS_RAGGED = {
 }
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [N, 0])
-@pytest.mark.parametrize("name", sorted(RETURNS_RAGGED))
+@pytest.mark.parametrize("name,n,mode", _params(RETURNS_RAGGED, "split_one"))
 def test_body_returning_a_ragged_tensor_equals_ragged_stack(name, n, mode):
   body = RETURNS_RAGGED[name]
   actual = _run(body, n, mode, fallback=False)
@@ -147,9 +154,7 @@ SEVERAL_AXES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [N, 0])
-@pytest.mark.parametrize("name", sorted(SEVERAL_AXES))
+@pytest.mark.parametrize("name,n,mode", _params(SEVERAL_AXES, "new_axis"))
 def test_fallback_keeps_several_axes_of_per_iteration_size(name, n, mode):
   body = SEVERAL_AXES[name]
   actual = _run(body, n, mode)
@@ -188,9 +193,7 @@ def _stacked_loop(body, n):
   return np.stack([body(tf.constant(i)).numpy() for i in range(n)])
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [N, 0])
-@pytest.mark.parametrize("name", sorted(SAME_LENGTH_BODIES))
+@pytest.mark.parametrize("name,n,mode", _params(SAME_LENGTH_BODIES, "range_s_to_s_plus_k"))
 def test_a_length_the_graph_proves_invariant_gives_a_dense_result(name, n, mode):
   """Bounds that differ per iteration by an invariant difference: the loop stacks the
   iterations' values, and so does pfor (these came back ragged)."""
