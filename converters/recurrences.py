@@ -16,13 +16,15 @@ the m-th update wrote (or the running sum of increments).
 
 The updates are read from the body graph: an `AssignVariableOp` whose value is built from
 reads of the variable made since the previous update by Add, Sub, Mul, Neg and division by
-values that do not read the variable, or an `AssignAddVariableOp` / `AssignSubVariableOp`.
+values that do not read the variable, an `AssignAddVariableOp` / `AssignSubVariableOp`, or a
+`ResourceScatterAdd` / `ResourceScatterSub` (a dense addition of its rows).
 The writes need nothing new: with exact reads, writing the last iteration's value (or the
 summed increments) once leaves what the loop leaves (converters/state.py).
 
-Limits: the coefficient `a` must be loop-invariant (and a scalar); the body must read the
-variable before its first update when later reads depend on the state at the start of the
-iteration. The general form takes log2(n) rounds over `[n] + the variable's shape`.
+The state before the loop is read where the body first touches the variable (a read or an
+update), before any converted update runs (`initial_state`).
+
+Limits: the coefficient `a` must be loop-invariant (and a scalar). The general form takes log2(n) rounds over `[n] + the variable's shape`.
 """
 
 import tensorflow as tf
@@ -33,6 +35,8 @@ from vectorize import walker
 from vectorize.values import invariant, stacked
 
 READ, ASSIGN, ADD = "read", "assign", "add"   # the kinds of converters/state.py
+_SCATTERS = ("ResourceScatterAdd", "ResourceScatterSub")
+_SUBTRACTIONS = ("AssignSubVariableOp", "ResourceScatterSub")
 _ONE = "one"   # a coefficient known to be 1 (None stands for 0)
 
 
@@ -90,31 +94,79 @@ def _after_update(op, accesses, updates, m):
     return _leaf(op, update.inputs[1])
   before = (_state_at_iteration_start(op, accesses, updates) if m == 1
             else _after_update(op, accesses, updates, m - 1))
-  increment = _leaf(op, update.inputs[1])
-  if update.type == "AssignSubVariableOp":
-    increment = _negate(increment)
-  return _binary(tf.add, before, increment)
+  return _binary(tf.add, before, _increment(op, update, initial_state(op, accesses[0][0])))
+
+
+def _increment(op, update, start):
+  """What an addition adds to the state in each iteration, at the state's shape."""
+  if update.type in _SCATTERS:
+    increment = _scattered(op, update, start)
+  else:
+    increment = _leaf(op, update.inputs[1])
+  return _negate(increment) if update.type in _SUBTRACTIONS else increment
+
+
+def _scattered(op, update, start):
+  """A scatter-add's rows as a dense per-iteration addition: `[n] + state shape`."""
+  indices, rows = _leaf(op, update.inputs[1]), _leaf(op, update.inputs[2])
+  if not (indices.stacked or rows.stacked):
+    rows = tf.broadcast_to(rows.tensor, tf.concat([tf.shape(indices.tensor),
+                                                   tf.shape(start)[1:]], 0))
+    return invariant(tf.tensor_scatter_nd_add(tf.zeros_like(start),
+                                              indices.tensor[..., tf.newaxis], rows))
+  n = op.ctx.n
+  indices = values.stack(indices, n)
+  lanes = values.expand_after_loop_axis(tf.range(n, dtype=indices.dtype),
+                                        values.rank(indices) - 1)
+  at = tf.stack([tf.broadcast_to(lanes, tf.shape(indices)), indices], -1)
+  rows = tf.broadcast_to(values.stack(rows, n) if rows.stacked else rows.tensor,
+                         tf.concat([tf.shape(indices), tf.shape(start)[1:]], 0))
+  return stacked(tf.scatter_nd(at, rows, tf.concat([[n], tf.shape(start)], 0)))
 
 
 def _state_at_iteration_start(op, accesses, updates):
   """s_i for every iteration i: the closed form of the composed per-iteration update."""
-  first_op, first_kind = accesses[0]
-  if first_kind != READ:
-    raise NotAffine(f"it is updated ({first_op.name!r}) before the body first reads it")
-  start = op.rebuild([op.invariant(0)])[0]   # s_0, read before any update runs
+  start = initial_state(op, accesses[0][0])
   a, b = _ONE, None
   for update, kind, reads in updates:
     read_refs = {t.ref() for t in reads}
     all_reads = {t.ref() for o, k in accesses if k == READ for t in o.outputs}
-    step_a, step_b = _affine(op, update.inputs[1], read_refs, all_reads)
     if kind == ADD:   # state + value, or state - value
-      if update.type == "AssignSubVariableOp":
-        step_a, step_b = _negate(step_a), _negate(step_b)
-      step_a = _plus_one(step_a)
+      step_a, step_b = _addition(op, update, read_refs, all_reads, start)
+    else:
+      step_a, step_b = _affine(op, update.inputs[1], read_refs, all_reads)
     a, b = _mul(step_a, a), _add(_mul(step_a, b), step_b)
   if isinstance(a, values.Value) and a.stacked:
     raise NotAffine("the coefficient of its update differs per iteration")
   return _solve(op.ctx, start, a, b)
+
+
+def _addition(op, update, reads, all_reads, start):
+  """(a, b) of `state + increment`, the increment itself affine in the state's reads; a
+  scatter's rows must not read it."""
+  if update.type in _SCATTERS:
+    if any(_depends_on(t, all_reads) for t in update.inputs[1:]):
+      raise NotAffine(f"the rows {update.name!r} scatters are computed from its reads")
+    return _ONE, _increment(op, update, start)
+  a, b = _affine(op, update.inputs[1], reads, all_reads)
+  if update.type in _SUBTRACTIONS:
+    a, b = _negate(a), _negate(b)
+  return _plus_one(a), b
+
+
+def initial_state(op, first_access):
+  """s_0, the variable before the loop's first access to it. Read once, where that access
+  (a read or an update) converts: a later read converts after the converted updates have
+  run, and reading the variable there would see the loop's final state."""
+  key = (first_access, tf.compat.v1.get_default_graph())
+  starts = op.ctx.variable_starts
+  if key not in starts:
+    if first_access is not op.op:
+      raise NotAffine(f"its first access ({first_access.name!r}) was not converted before "
+                      "its updates")
+    starts[key] = tf.raw_ops.ReadVariableOp(resource=op.invariant(0),
+                                            dtype=op.op.get_attr("dtype"))
+  return starts[key]
 
 
 # ----------------------------------------------------------------------------- decomposition

@@ -227,7 +227,10 @@ def _sequential_read(op, reason):
 
 
 def _check_write(op, value_stacked):
-  """Refuses writes whose once-applied form differs from the sequential loop's effect."""
+  """Refuses writes whose once-applied form differs from the sequential loop's effect.
+  Reads the state before the loop first, where later reads need it."""
+  if _first_of_a_variable_read_after_a_write(op):
+    recurrences.initial_state(op, op.op)
   if _KINDS[op.type] != _ADD:
     _refuse_assign_in_a_region(op)
   kinds, position = _ordered_accesses(op)
@@ -270,7 +273,19 @@ def _convert_read_variable_op(op):
   reason = _why_read_differs(op)
   if reason:
     return _sequential_read(op, reason)
+  if _first_of_a_variable_read_after_a_write(op):
+    return invariant(recurrences.initial_state(op, op.op))
   return invariant(op.rebuild([op.invariant(0)])[0])
+
+
+def _first_of_a_variable_read_after_a_write(op):
+  """Whether `op` is the body's first access to a variable some read sees written: that
+  read's sequential value starts from the state before the loop, read here."""
+  kinds, position = _ordered_accesses(op)
+  if position != 0:
+    return False
+  written = [k for k, (_, kind) in enumerate(kinds) if kind in _WRITES]
+  return bool(written) and any(kind == _READ for _, kind in kinds[written[0]:])
 
 
 @register("ResourceGather")

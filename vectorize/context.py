@@ -66,6 +66,9 @@ class Context:
     active_set: how the iterations of this context run (`control_flow/active_set.py`): its
       class is the strategy of the conditionals and loops converted here, Partitioned
       (dynamic shapes) or Masked (static shapes, for XLA).
+    variable_starts: {(body read op, output graph): tensor}, the state of a variable the
+      body updates as its first read saw it, before the converted updates ran
+      (converters/recurrences.py); shared by nested contexts.
   """
   n: tf.Tensor
   indices: tf.Tensor
@@ -74,6 +77,7 @@ class Context:
   report: Report = dataclasses.field(default_factory=Report)
   reductions: dict = dataclasses.field(default_factory=dict)
   active_set: ActiveSet = dataclasses.field(default_factory=Partitioned)
+  variable_starts: dict = dataclasses.field(default_factory=dict)
 
   @property
   def partitioned(self):
