@@ -14,6 +14,7 @@ from vectorize import iteration_outputs
 from vectorize import ragged
 from vectorize.errors import ConversionError
 from vectorize.locations import user_location
+from vectorize.values import invariant
 
 
 def warn_once(op, ctx, reason):
@@ -42,8 +43,10 @@ def run_sequentially(op, inputs, ctx):
         "per-example lengths and keep the length beside it), or build the value with "
         "tf.concat / tf.stack of tensors instead.")
   takes_ragged = any(ragged.is_ragged(v) for v in inputs)
+  handles = _handles_passed_through(op, inputs)
+  produced = [t for t in op.outputs if t.dtype != tf.resource]
   outputs = iteration_outputs.IterationOutputs(
-      op.outputs, [_varying_axes(t.shape, takes_ragged) for t in op.outputs],
+      produced, [_varying_axes(t.shape, takes_ragged) for t in produced],
       f"op {op.name!r} ({op.type}){user_location(op)} falls back to a sequential loop, and "
       "its output differs in size per iteration in an axis after the first, which pfor "
       "cannot hold (only a first axis of per-iteration size). To fix: make that size the "
@@ -62,13 +65,33 @@ def run_sequentially(op, inputs, ctx):
     if not op.outputs:
       with tf.control_dependencies([new_op]):
         return (i + 1,)
-    return (i + 1,) + outputs.write(arrays, i, new_op.outputs)
+    return (i + 1,) + outputs.write(
+        arrays, i, [t for t in new_op.outputs if t.dtype != tf.resource])
 
   results = tf.while_loop(lambda i, *_: i < ctx.n, body,
                           (tf.constant(0),) + outputs.arrays(ctx.n))
   if not op.outputs:
     return results[0].op
-  return outputs.values(results[1:], ctx.n, ctx.static_n)
+  produced = iter(outputs.values(results[1:], ctx.n, ctx.static_n))
+  return [handles[k] if k in handles else next(produced) for k in range(len(op.outputs))]
+
+
+def _handles_passed_through(op, inputs):
+  """{output index: Value} for resource outputs (variable handles a while loop carries
+  unchanged): the input handle, the same in every iteration. A TensorArray of handles has no
+  kernel, and nothing else returns one."""
+  handles = {}
+  for k, t in enumerate(op.outputs):
+    if t.dtype != tf.resource:
+      continue
+    if op.type not in ("While", "StatelessWhile") or inputs[k].stacked:
+      raise ConversionError(
+          f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: it falls back to "
+          "a sequential loop and returns a resource (a variable's handle) that differs per "
+          "iteration, which cannot be stacked. To fix: choose the variable outside the "
+          "loop body, or index one variable holding every row.")
+    handles[k] = invariant(inputs[k].tensor)
+  return handles
 
 
 def _varying_axes(shape, takes_ragged):

@@ -20,6 +20,7 @@ from vectorize import lists
 from vectorize import options
 from vectorize import ragged
 from vectorize import registry
+from vectorize import whole_body_loop
 from vectorize.context import Report
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.locations import user_location
@@ -206,6 +207,8 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   inputs = ragged.readable_inputs(op, inputs)
   converter = ragged.converter_for(op, inputs, registry.lookup(op.type))
+  graph = tf.compat.v1.get_default_graph()
+  first_emitted = len(graph.get_operations()) if _may_write(op) else None
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
@@ -217,9 +220,27 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     reason = str(e)
     if not ctx.fallback_allowed:
       raise ConversionError(_describe_failure(op, reason)) from None
+    if first_emitted is not None:
+      _refuse_if_it_wrote(op, graph, graph.get_operations()[first_emitted:], reason)
     ctx.report.add(op, "fallback", reason)
     fallback.warn_once(op, ctx, reason)
     return fallback.run_sequentially(op, inputs, ctx)
+
+
+def _may_write(op):
+  """Whether converting `op` may emit variable writes before it finds it cannot: a stateful
+  op calling functions (a conditional, loop or call whose functions have effects)."""
+  return op._is_stateful and any(whole_body_loop.called_functions(op))  # pylint: disable=protected-access
+
+
+def _refuse_if_it_wrote(op, graph, emitted, reason):
+  """A converter that gave up after emitting variable writes leaves ops that would run
+  beside the op's fallback, applying the writes twice: the whole body runs as a loop then."""
+  if whole_body_loop.writes_variables(graph, emitted) and not whole_body_loop.probing():
+    raise whole_body_loop.StatefulRefusal(
+        f"Cannot vectorize {op.type} {op.name!r}{user_location(op)}: {reason}; and its "
+        "branches or body write variables, so running it alone in a sequential loop would "
+        "apply their writes twice.")
 
 
 def _check_results(op, results, ctx):

@@ -66,10 +66,11 @@ def ragged_outputs(convert):
     _probing[0] = False
 
 
-def any_op(graph, holds, seen=None):
-  """Whether `holds(op)` for an op of `graph` or of a function it calls, at any depth."""
+def any_op(graph, holds, seen=None, ops=None):
+  """Whether `holds(op)` for an op of `graph` (or of `ops`, ops of it) or of a function it
+  calls, at any depth."""
   seen = set() if seen is None else seen
-  for op in graph.get_operations():
+  for op in graph.get_operations() if ops is None else ops:
     if holds(op):
       return True
     for name in called_functions(op):
@@ -81,9 +82,10 @@ def any_op(graph, holds, seen=None):
   return False
 
 
-def writes_variables(graph):
-  """Whether the body graph, or a function it calls, writes a resource variable."""
-  return any_op(graph, lambda op: op.type in VARIABLE_WRITES)
+def writes_variables(graph, ops=None):
+  """Whether the body graph (or `ops` of it), or a function it calls, writes a resource
+  variable."""
+  return any_op(graph, lambda op: op.type in VARIABLE_WRITES, ops=ops)
 
 
 def refuses_state(convert):

@@ -449,11 +449,6 @@ def test_tf_function_body_updating_variable_with_prefix_sum():
   assert_state(gs, ws)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a tf.cond whose branches update a variable AND return a ragged prefix falls back "
-    "(as documented) but applies the updates again: v=1, branches v+=1 / v*=2 over "
-    "L=[3,0,4,2] leave v=18.0 where the loop leaves 10.0 (n=1: 3.0 vs 2.0); the outputs "
-    "are right; the checked mode catches it"))
 def test_cond_with_updates_returning_ragged_prefix(monkeypatch):
   without_checked_env(monkeypatch)
   lens = tf.constant([3, 0, 4, 2])

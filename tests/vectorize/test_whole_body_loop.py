@@ -85,6 +85,16 @@ def _sized_outputs_body(i):
           "total": total}
 
 
+def _pfor_in(mode, body, n):
+  """pfor with the fallback on, eagerly, in a tf.function, or for a run-time n."""
+  run = lambda m: vectorize.pfor(body, m)
+  if mode == "eager":
+    return run(n)
+  if mode == "function":
+    return tf.function(lambda: run(n), autograph=False)()
+  return tf.function(run, autograph=False)(tf.constant(n))
+
+
 @pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_outputs_of_per_iteration_size(mode, n):
@@ -95,13 +105,7 @@ def test_outputs_of_per_iteration_size(mode, n):
   want = [_sized_outputs_body(tf.constant(i)) for i in range(n)]
   want_state = W.numpy()
   W.assign(0.0)
-  run = lambda m: vectorize.pfor(_sized_outputs_body, m)
-  if mode == "eager":
-    got = run(n)
-  elif mode == "function":
-    got = tf.function(lambda: run(n), autograph=False)()
-  else:
-    got = tf.function(run, autograph=False)(tf.constant(n))
+  got = _pfor_in(mode, _sized_outputs_body, n)
   assert W.numpy() == want_state
   for key in ("total", "pair"):
     assert isinstance(got[key], tf.Tensor), (key, type(got[key]))
@@ -113,3 +117,46 @@ def test_outputs_of_per_iteration_size(mode, n):
     assert got[key].shape[0] == n
     if n:
       assert got[key].to_list() == tf.ragged.stack([w[key] for w in want]).to_list(), key
+
+
+LENGTHS = tf.constant([3, 0, 4, 2, 1])
+XF = tf.reshape(tf.range(20.0) * 0.25 - 1.0, [5, 4])
+C = tf.Variable(1.0)
+
+
+def _cond_writing_and_returning_a_prefix(i):
+  def long_():
+    C.assign_add(1.0)
+    return XF[i, :LENGTHS[i]]
+  def short():
+    C.assign(C * 2.0)
+    return XF[i, :1]
+  return tf.cond(LENGTHS[i] > 2, long_, short)
+
+
+def _while_writing_and_carrying_a_growing_vector(i):
+  def step(j, acc):
+    C.assign_add(tf.reduce_sum(acc))
+    return j + 1, tf.concat([acc, XF[i, j:j + 1]], 0)
+  return tf.while_loop(lambda j, acc: j < LENGTHS[i], step,
+                       (0, tf.zeros([0])), shape_invariants=(tf.TensorShape([]),
+                                                             tf.TensorShape([None])))[1]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [0, 1, 5])
+@pytest.mark.parametrize("body", [_cond_writing_and_returning_a_prefix,
+                                  _while_writing_and_carrying_a_growing_vector])
+def test_control_flow_that_writes_and_then_cannot_convert_writes_once(body, mode, n):
+  """A conditional or loop whose converter gives up (a ragged output) after emitting its
+  branches' writes: falling back for it alone applied the writes twice (code-blind finding:
+  v = 18 where the loop leaves 10); the whole body runs as a loop instead."""
+  C.assign(1.0)
+  want = [body(tf.constant(i)) for i in range(n)]
+  want_state = C.numpy()
+  C.assign(1.0)
+  got = _pfor_in(mode, body, n)
+  np.testing.assert_allclose(C.numpy(), want_state, rtol=1e-6)
+  assert got.shape[0] == n
+  if n:
+    assert got.to_list() == tf.ragged.stack(want).to_list()
