@@ -38,6 +38,13 @@ def example_spec(body):
 
 def run_pfor(body, n, mode="function", fallback=False, **kwargs):
   """Vectorizes `body` over n iterations in one of MODES; returns numpy structure."""
+  out = pfor_in_mode(body, n, mode, fallback, **kwargs)
+  return tf.nest.map_structure(lambda t: np.asarray(t), out)
+
+
+def pfor_in_mode(body, n, mode="function", fallback=False, **kwargs):
+  """Vectorizes `body` over n iterations in one of MODES; returns what pfor returns
+  (RaggedTensors stay ragged)."""
   if mode == "eager":
     out = vectorize.pfor(body, n, fallback_to_while_loop=fallback, **kwargs)
   elif mode == "function":
@@ -53,7 +60,7 @@ def run_pfor(body, n, mode="function", fallback=False, **kwargs):
                                              **kwargs), jit_compile=True, autograph=False)()
   else:
     raise ValueError(mode)
-  return tf.nest.map_structure(lambda t: np.asarray(t), out)
+  return out
 
 
 def assert_allclose(actual, expected, tol=1e-5):

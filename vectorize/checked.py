@@ -236,7 +236,7 @@ def _random_ops(graph, order):
           any(c in random for c in op.control_inputs)):
         random.add(op)
     written = {op.inputs[0].ref() for op in random
-               if op.type in whole_body_loop.VARIABLE_WRITES}
+               if whole_body_loop.is_variable_write(op)}
     if written <= drawn_into:
       return random, drawn_into
     drawn_into |= written

@@ -44,7 +44,8 @@ def run_sequentially(op, inputs, ctx):
         "tf.concat / tf.stack of tensors instead.")
   takes_ragged = any(ragged.is_ragged(v) for v in inputs)
   handles = _handles_passed_through(op, inputs)
-  produced = [t for t in op.outputs if t.dtype != tf.resource]
+  produced = [tf.TensorSpec(_shape(op, t), t.dtype) for t in op.outputs
+              if t.dtype != tf.resource]
   outputs = iteration_outputs.IterationOutputs(
       produced, [_varying_axes(t.shape, takes_ragged) for t in produced],
       f"op {op.name!r} ({op.type}){user_location(op)} falls back to a sequential loop, and "
@@ -74,6 +75,38 @@ def run_sequentially(op, inputs, ctx):
     return results[0].op
   produced = iter(outputs.values(results[1:], ctx.n, ctx.static_n))
   return [handles[k] if k in handles else next(produced) for k in range(len(op.outputs))]
+
+
+def _shape(op, t):
+  """One iteration's static shape of output t. TensorFlow leaves the shape of a strided
+  slice with strides it cannot read (`x[i, ::s[i]]`) unknown, rank included, though its
+  spec sets the rank and the sizes of the entries it can read."""
+  if t.shape.rank is not None or op.type != "StridedSlice":
+    return t.shape
+  dims = op.inputs[0].shape
+  spec = [tf.get_static_value(op.inputs[k], partial=True) for k in (1, 2, 3)]
+  if dims.rank is None or any(v is None for v in spec):
+    return t.shape
+  mask = lambda name, k: bool(op.get_attr(name) >> k & 1)
+  real = sum(not (mask("ellipsis_mask", k) or mask("new_axis_mask", k))
+             for k in range(len(spec[2])))
+  shape, axis = [], 0
+  for k, (begin, end, stride) in enumerate(zip(*spec)):
+    if mask("ellipsis_mask", k):
+      shape += dims[axis:axis + dims.rank - real].as_list()
+      axis += dims.rank - real
+    elif mask("new_axis_mask", k):
+      shape.append(1)
+    else:
+      if not mask("shrink_axis_mask", k):
+        known = stride not in (None, 0) and dims[axis] is not None and (
+            begin is not None or mask("begin_mask", k)) and (
+                end is not None or mask("end_mask", k))
+        bounds = slice(None if mask("begin_mask", k) else begin,
+                       None if mask("end_mask", k) else end, stride)
+        shape.append(len(range(*bounds.indices(dims[axis]))) if known else None)
+      axis += 1
+  return tf.TensorShape(shape + dims[axis:].as_list())
 
 
 def _handles_passed_through(op, inputs):

@@ -19,7 +19,7 @@ class IterationOutputs:
   in each step, `values` after it.
 
   Args:
-    outputs: one tensor per output, whose static shape is one iteration's.
+    outputs: one tensor (or TensorSpec) per output, whose static shape is one iteration's.
     varying: per output, how many leading axes may differ in size per iteration (0:
       stacked; 1: ragged; more: a multi-axis ragged value).
     mismatch: the error for a stacked output whose shape differs per iteration: what holds
@@ -30,8 +30,8 @@ class IterationOutputs:
     self._specs = [(t.dtype, t.shape) for t in outputs]
     self._varying = list(varying)
     self._mismatch = mismatch
-    # One shape in every iteration, checked: a later size the graph leaves unknown.
-    self._unsure = [not k and shape.rank is not None and not shape.is_fully_defined()
+    # One shape in every iteration, checked: a size (or rank) the graph leaves unknown.
+    self._unsure = [not k and not shape.is_fully_defined()
                     for (_, shape), k in zip(self._specs, self._varying)]
 
   @property

@@ -21,10 +21,18 @@ from vectorize.errors import ConversionError
 from vectorize.values import stack
 
 VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-           "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
-           "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
-           "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
-           "ResourceScatterNdSub")
+                   "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
+                   "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
+                   "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
+                   "ResourceScatterNdSub", "ResourceScatterNdMax", "ResourceScatterNdMin",
+                   "ResourceStridedSliceAssign")
+
+
+def is_variable_write(op):
+  """Whether `op` writes the variable its first input holds (`v[i].assign(row)` is a
+  ResourceStridedSliceAssign; optimizers' ResourceApply* ops update their slots too)."""
+  return (op.type in VARIABLE_WRITES or op.type.startswith("ResourceApply") or
+          op.type.startswith("ResourceSparseApply"))
 
 
 def called_functions(op):
@@ -85,7 +93,7 @@ def any_op(graph, holds, seen=None, ops=None):
 def writes_variables(graph, ops=None):
   """Whether the body graph (or `ops` of it), or a function it calls, writes a resource
   variable."""
-  return any_op(graph, lambda op: op.type in VARIABLE_WRITES, ops=ops)
+  return any_op(graph, is_variable_write, ops=ops)
 
 
 def refuses_state(convert):

@@ -184,10 +184,6 @@ def test_slices_past_the_end_and_negative_suffix_of_length_zero():
   assert_same(runtime_n(body)(tf.constant(4)), want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "x[i, ::s[i]] (stride per example) falls back as documented, then the fallback fails: "
-    "InvalidArgumentError 'PartialTensorShape: Incompatible shapes during merge: [4] vs. "
-    "[2]' at node pfor/TensorArrayV2Stack/TensorListStack, instead of the ragged result"))
 def test_per_example_stride_slice():
   s = tf.constant([1, 2, 3, 4])
 

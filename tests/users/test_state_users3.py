@@ -307,12 +307,6 @@ def test_read_before_assign_add_inside_while_of_per_example_trips():
   assert_state(gs, ws)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "v[i].assign(row) (a per-example row of a table, ResourceStridedSliceAssign) raises "
-    "ConversionError (StatefulRefusal) 'a stateful op cannot be vectorized when it reads a "
-    "variable that the loop body also writes ... or run the loop sequentially', even with "
-    "nothing else reading v; the README says such a body runs as one sequential loop, and "
-    "the same write through scatter_update(IndexedSlices) converts"))
 def test_sliced_assign_of_per_example_row():
   table = tf.Variable(tf.zeros([4, 2]))
 

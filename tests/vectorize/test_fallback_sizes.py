@@ -27,3 +27,29 @@ def test_a_later_axis_of_one_size_stacks(mode):
     return tf.ensure_shape(tf.repeat(tf.constant([1, 2]), REPEATS[0] + i * 0), [6])
   testing.assert_allclose(testing.run_pfor(body, 4, mode=mode, fallback=True),
                           testing.sequential(body, 4))
+
+
+STRIDES = tf.constant([1, 2, 3, 4, 2])
+CUBE = tf.reshape(tf.range(60.0), [5, 4, 3])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [0, 1, 5])
+@pytest.mark.parametrize("body", [
+    lambda i: CUBE[i, 0, ::STRIDES[i]],
+    lambda i: CUBE[i, ::STRIDES[i], :],
+    lambda i: CUBE[i, ::-STRIDES[i], 1:],
+    lambda i: CUBE[i, 1::STRIDES[i], ..., 2],
+    lambda i: CUBE[i, ::STRIDES[i], tf.newaxis, 0],
+], ids=["vector", "rows", "reversed", "ellipsis_shrink", "newaxis_shrink"])
+def test_strided_slice_with_strides_per_iteration_is_ragged(body, mode, n):
+  """TensorFlow leaves such a slice's shape (rank included) unknown; the fallback reads the
+  rank and the sizes it can from the spec, so the rows of per-iteration count come back
+  ragged as tf.ragged.stack gives them (a code-blind finding: it was 'Incompatible shapes
+  during merge')."""
+  got = testing.pfor_in_mode(body, n, mode, fallback=True)
+  assert isinstance(got, tf.RaggedTensor)
+  want = tf.ragged.stack([body(tf.constant(i)) for i in range(n)]) if n else None
+  assert got.shape[0] == n
+  if n:
+    assert got.to_list() == want.to_list()

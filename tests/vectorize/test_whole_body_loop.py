@@ -85,16 +85,6 @@ def _sized_outputs_body(i):
           "total": total}
 
 
-def _pfor_in(mode, body, n):
-  """pfor with the fallback on, eagerly, in a tf.function, or for a run-time n."""
-  run = lambda m: vectorize.pfor(body, m)
-  if mode == "eager":
-    return run(n)
-  if mode == "function":
-    return tf.function(lambda: run(n), autograph=False)()
-  return tf.function(run, autograph=False)(tf.constant(n))
-
-
 @pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_outputs_of_per_iteration_size(mode, n):
@@ -105,7 +95,7 @@ def test_outputs_of_per_iteration_size(mode, n):
   want = [_sized_outputs_body(tf.constant(i)) for i in range(n)]
   want_state = W.numpy()
   W.assign(0.0)
-  got = _pfor_in(mode, _sized_outputs_body, n)
+  got = testing.pfor_in_mode(_sized_outputs_body, n, mode, fallback=True)
   assert W.numpy() == want_state
   for key in ("total", "pair"):
     assert isinstance(got[key], tf.Tensor), (key, type(got[key]))
@@ -155,7 +145,7 @@ def test_control_flow_that_writes_and_then_cannot_convert_writes_once(body, mode
   want = [body(tf.constant(i)) for i in range(n)]
   want_state = C.numpy()
   C.assign(1.0)
-  got = _pfor_in(mode, body, n)
+  got = testing.pfor_in_mode(body, n, mode, fallback=True)
   np.testing.assert_allclose(C.numpy(), want_state, rtol=1e-6)
   assert got.shape[0] == n
   if n:
