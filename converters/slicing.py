@@ -30,6 +30,7 @@ from vectorize import options
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.locations import user_location
 from vectorize.registry import register
 from vectorize.values import stacked
 
@@ -313,15 +314,21 @@ def _range_indices(p):
   return start[:, tf.newaxis] + steps[tf.newaxis, :]
 
 
+def _described(kind, op):
+  """`kind 'name' created at file:line`, for messages."""
+  return f"{kind} {op.op.name!r}{user_location(op.op)}"
+
+
 def _same_length_check(p, what):
   """The run-time check that a varying dim's lengths are the one length planned. XLA drops
   checks, so there a length nothing in the graph fixes is refused instead."""
   if not isinstance(p.length, int) and options.static_shapes_wanted():
+    where, way_out = options.static_shapes_cause()
     raise ConversionError(
-        f"Cannot vectorize {what} under XLA: its length differs per iteration unless the "
+        f"Cannot vectorize {what} {where}: its length differs per iteration unless the "
         "graph fixes it, and XLA needs static shapes (and cannot check them at run time). "
         "To fix: give the slice a fixed size (`x[s:s + k]` with a Python int k, or pad to a "
-        "bound and mask), or run without jit_compile.")
+        f"bound and mask), or {way_out}.")
   return tf.debugging.Assert(
       tf.reduce_all(tf.equal(p.sizes, tf.cast(p.length, p.sizes.dtype))),
       [f"vectorize: {what} has a length that differs between iterations (or from the length "
@@ -482,7 +489,7 @@ def _convert_strided_slice(op):
     return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(end, 0),
                                _prepend(strides, 1)], _shifted_masks(op))[0])
   plan, new_axes = _strided_slice_plan(op, x)
-  return _slice_by_plan(x, plan, new_axes, op.attr("Index"), f"strided slice {op.op.name}")
+  return _slice_by_plan(x, plan, new_axes, op.attr("Index"), _described("strided slice", op))
 
 
 @register("StridedSliceGrad")
@@ -574,7 +581,7 @@ def _slice_grad_by_plan(op, plan, dy, done=None, shape=None, dims=None):
   dtype = op.attr("Index")
   shape = op.invariant(0) if shape is None else shape
   dims = _shape_entries(op, dtype) if dims is None else dims
-  checks = [_same_length_check(p, f"strided slice gradient {op.op.name}")
+  checks = [_same_length_check(p, _described("strided slice gradient", op))
             for p in plan if isinstance(p, _Varying) and p.sizes is not None and p is not done]
   pos = 0
   with tf.control_dependencies(checks):
@@ -649,7 +656,7 @@ def _convert_slice(op):
   for d in range(rank):
     static_length = out_shape[d] if out_shape.rank is not None else None
     plan.append(_plan_slice_dim(op, d, dims[d], static_length, dtype))
-  return _slice_by_plan(x, plan, [], dtype, f"slice {op.op.name}")
+  return _slice_by_plan(x, plan, [], dtype, _described("slice", op))
 
 
 def _plan_slice_dim(op, d, dim, static_length, dtype):

@@ -203,7 +203,7 @@ def _ragged_elements(op, dense):
   ragged.require_dynamic_shapes(
       op.op, "a TensorArray (TensorList) read whole",
       fix="give the TensorArray a fixed size (tf.TensorArray(dtype, size=bound)) and write "
-      "every element, or run without jit_compile")
+      "every element")
   return ragged.ragged(lists.items(dense), dense.lengths)
 
 

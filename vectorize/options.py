@@ -98,6 +98,15 @@ def static_shapes_wanted():
   return _options.static_shapes or compiled_by_xla()
 
 
+def static_shapes_cause():
+  """Where static shapes were asked for, for a refusal's message: ('under XLA', the way out)
+  or ('under vectorize.static_shapes()', ...)."""
+  if compiled_by_xla():
+    return "under XLA (jit_compile=True)", "run without jit_compile"
+  return ("under vectorize.static_shapes() (a graph built for XLA)",
+          "convert outside vectorize.static_shapes()")
+
+
 def outside_xla_check():
   """Whether a conversion meant for XLA is being checked outside it (`checked.py`)."""
   return _options.outside_xla

@@ -202,15 +202,16 @@ def row(rows, i, splits=None):
 
 
 def require_dynamic_shapes(op, what, fix="give the value a fixed size in the body (pad or "
-                           "slice it to a bound), or run without jit_compile"):
+                           "slice it to a bound)"):
   """Raises ConversionError under XLA (or `static_shapes()`): `what` has per-iteration sizes,
   which have no static shape."""
   if options.static_shapes_wanted():
     from vectorize import walker  # pylint: disable=import-outside-toplevel
+    where, way_out = options.static_shapes_cause()
     raise ConversionError(
-        f"Cannot vectorize op {op.name!r} of type {op.type}{walker.user_location(op)} under "
-        f"XLA: {what} has a different size in every iteration, and XLA needs static shapes. "
-        f"To fix: {fix}.")
+        f"Cannot vectorize op {op.name!r} of type {op.type}{walker.user_location(op)} "
+        f"{where}: {what} has a different size in every iteration, and XLA needs static "
+        f"shapes. To fix: {fix}, or {way_out}.")
 
 
 def agreed(per_iteration, message, when_none=0):

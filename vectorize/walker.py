@@ -198,11 +198,12 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     if constants is not None:
       return [invariant(t) for t in constants]
     if op.type in _WRONG_UNDER_XLA and options.static_shapes_wanted():
+      where, way_out = options.static_shapes_cause()
       raise ConversionError(
-          f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} under XLA: "
+          f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} {where}: "
           "its output's size depends on the data, and XLA computes such values wrongly (an "
-          "empty result, a garbage shape) or crashes. To fix: run without jit_compile, or "
-          "compute it outside the compiled function.")
+          f"empty result, a garbage shape) or crashes. To fix: {way_out}, or compute it "
+          "outside the compiled function.")
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   inputs = ragged.readable_inputs(op, inputs)

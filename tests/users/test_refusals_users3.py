@@ -22,10 +22,6 @@ def test_unique_under_jit_is_conversion_error_naming_line():
   assert_same(vectorize.pfor(body, 4), loop(body, 4))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a ragged prefix x[i, :L[i]] under jit_compile=True is the documented ConversionError, "
-    "but its message ('Cannot vectorize strided slice strided_slice_1 under XLA: its length "
-    "differs per iteration ...') does not name the user's line, as the README promises"))
 def test_ragged_prefix_under_jit_names_line():
   def body(i):
     return tf.reduce_sum(X[i, :L[i]] * 2.)
