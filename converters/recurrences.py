@@ -94,7 +94,7 @@ def _after_update(op, accesses, updates, m):
     return _leaf(op, update.inputs[1])
   before = (_state_at_iteration_start(op, accesses, updates) if m == 1
             else _after_update(op, accesses, updates, m - 1))
-  return _binary(tf.add, before, _increment(op, update, initial_state(op, accesses[0][0])))
+  return _binary(tf.add, before, _increment(op, update, initial_state(op, accesses)))
 
 
 def _increment(op, update, start):
@@ -126,7 +126,7 @@ def _scattered(op, update, start):
 
 def _state_at_iteration_start(op, accesses, updates):
   """s_i for every iteration i: the closed form of the composed per-iteration update."""
-  start = initial_state(op, accesses[0][0])
+  start = initial_state(op, accesses)
   a, b = _ONE, None
   for update, kind, reads in updates:
     read_refs = {t.ref() for t in reads}
@@ -154,16 +154,19 @@ def _addition(op, update, reads, all_reads, start):
   return _plus_one(a), b
 
 
-def initial_state(op, first_access):
-  """s_0, the variable before the loop's first access to it. Read once, where that access
-  (a read or an update) converts: a later read converts after the converted updates have
-  run, and reading the variable there would see the loop's final state."""
-  key = (first_access, tf.compat.v1.get_default_graph())
+def initial_state(op, accesses):
+  """s_0, the variable before the loop. Read once, by whichever access before the body's
+  first update converts first (reads before it are not ordered against each other; the
+  update waits for them): a read converted after the converted update has run would see
+  the loop's final state."""
+  key = (accesses[0][0], tf.compat.v1.get_default_graph())
   starts = op.ctx.variable_starts
   if key not in starts:
-    if first_access is not op.op:
-      raise NotAffine(f"its first access ({first_access.name!r}) was not converted before "
-                      "its updates")
+    position = next(k for k, (o, _) in enumerate(accesses) if o is op.op)
+    first_update = next((k for k, (_, kind) in enumerate(accesses) if kind in (ASSIGN, ADD)),
+                        len(accesses))
+    if position > first_update:
+      raise NotAffine("no access before its first update was converted before that update")
     starts[key] = tf.raw_ops.ReadVariableOp(resource=op.invariant(0),
                                             dtype=op.op.get_attr("dtype"))
   return starts[key]

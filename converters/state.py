@@ -229,11 +229,11 @@ def _sequential_read(op, reason):
 def _check_write(op, value_stacked):
   """Refuses writes whose once-applied form differs from the sequential loop's effect.
   Reads the state before the loop first, where later reads need it."""
-  if _first_of_a_variable_read_after_a_write(op):
-    recurrences.initial_state(op, op.op)
+  kinds, position = _ordered_accesses(op)
+  if _sees_the_state_before_the_loop(kinds, position):
+    recurrences.initial_state(op, kinds)
   if _KINDS[op.type] != _ADD:
     _refuse_assign_in_a_region(op)
-  kinds, position = _ordered_accesses(op)
   for o, kind in kinds:
     if kind in (_CALL_READ, _OTHER):
       _refuse(op, f"the variable it writes is also used by {o.type} {o.name!r}, whose "
@@ -273,19 +273,19 @@ def _convert_read_variable_op(op):
   reason = _why_read_differs(op)
   if reason:
     return _sequential_read(op, reason)
-  if _first_of_a_variable_read_after_a_write(op):
-    return invariant(recurrences.initial_state(op, op.op))
+  kinds, position = _ordered_accesses(op)
+  if _sees_the_state_before_the_loop(kinds, position):
+    return invariant(recurrences.initial_state(op, kinds))
   return invariant(op.rebuild([op.invariant(0)])[0])
 
 
-def _first_of_a_variable_read_after_a_write(op):
-  """Whether `op` is the body's first access to a variable some read sees written: that
-  read's sequential value starts from the state before the loop, read here."""
-  kinds, position = _ordered_accesses(op)
-  if position != 0:
-    return False
+def _sees_the_state_before_the_loop(kinds, position):
+  """Whether the access at `position` comes no later than the variable's first write, which
+  a read follows: that read's sequential value starts from the state before the loop, which
+  must be read before the converted write runs."""
   written = [k for k, (_, kind) in enumerate(kinds) if kind in _WRITES]
-  return bool(written) and any(kind == _READ for _, kind in kinds[written[0]:])
+  return (bool(written) and position <= written[0] and
+          any(kind == _READ for _, kind in kinds[written[0]:]))
 
 
 @register("ResourceGather")

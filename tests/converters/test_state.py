@@ -264,6 +264,20 @@ def test_seed_generator_pattern_is_exact_in_integers(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 1, 6])
+def test_reads_before_an_update_in_any_order_and_one_after(mode, n):
+  """Keras's seed generator read back after its update: the two reads before it are not
+  ordered against each other, so either may read the state before the loop."""
+  def make_body(v):
+    def body(i):
+      seed = v.read_value() * 1
+      v.assign(v.read_value() + tf.constant([0, 1], tf.int64))
+      return seed, v.read_value() + tf.cast(i, tf.int64)
+    return body
+  _check_reads_and_effect(make_body, tf.constant([5, 7], tf.int64), n, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_moving_average_equals_the_loop(mode):
   def make_body(v):
     def body(i):
