@@ -259,8 +259,8 @@ def _rotate_hue(rgb, delta):
   spread = largest - tf.minimum(tf.minimum(r, g), b)
   grey = spread <= 0
   safe = tf.where(grey, tf.ones_like(spread), spread)
-  hue = tf.where(r == largest, (g - b) / safe,
-                 tf.where(g == largest, 2 + (b - r) / safe, 4 + (r - g) / safe))
+  hue = tf.where(tf.equal(r, largest), (g - b) / safe,
+                 tf.where(tf.equal(g, largest), 2 + (b - r) / safe, 4 + (r - g) / safe))
   hue = tf.where(grey, tf.zeros_like(hue), hue) + delta[..., 0] * 6
   channels = []
   for offset in (5.0, 3.0, 1.0):

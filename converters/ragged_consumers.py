@@ -123,13 +123,14 @@ def segment_reduce(op_type, x, ids, n):
     out = segment(x, ids, n)
     if not x.dtype.is_floating:
       return out
-    empty = tf.reshape(tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, n) == 0,
+    empty = tf.reshape(tf.equal(tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, n), 0),
                        tf.concat([[n], tf.ones([tf.rank(x) - 1], tf.int32)], 0))
     infinity = tf.constant(-np.inf if op_type == "Max" else np.inf, x.dtype)
     return tf.where(empty, infinity, out)       # the segment kernels give the finite limit
   if op_type == "Any":
     return tf.math.unsorted_segment_sum(tf.cast(x, tf.int32), ids, n) > 0
-  return tf.math.unsorted_segment_sum(tf.cast(tf.logical_not(x), tf.int32), ids, n) == 0
+  return tf.equal(
+      tf.math.unsorted_segment_sum(tf.cast(tf.logical_not(x), tf.int32), ids, n), 0)
 
 
 @ragged.register("All", "Any", "Max", "Mean", "Min", "Prod", "Sum")

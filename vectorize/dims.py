@@ -11,6 +11,10 @@ Two ways in, one rule (a dim is an int or None):
     of pfor's callers, made before and around the user's code);
   * `ints()` around a conversion: no user code runs there (the body was traced before), and
     every converter then reads ints or None, as under TF2.
+
+Tensors compare with `tf.equal` / `tf.not_equal`, never `==`: in a graph built outside a
+function (TF1 code, a `tf.Graph().as_default()` block) `tensor == 0` is Python identity,
+False, whatever the TF behaviour (tests/vectorize/test_tf1_graph_mode.py).
 """
 
 import contextlib

@@ -356,6 +356,26 @@ def _empty_stack(x):
   return np.zeros([0] + shape.as_list(), x.dtype.as_numpy_dtype)
 
 
+def _empty_where_unknown(want, got, loaded):
+  """`want` (n = 0's outputs at iteration 0's shapes), taking `got`'s size for a dim that
+  the traced body leaves unknown where `got` is empty: with no iteration there is no size to
+  read (pfor's whole-body loop gives 0, a vectorized value its own size)."""
+  spec = tf.nest.flatten(tf.function(loaded.body, autograph=False).get_concrete_function(
+      tf.TensorSpec([], tf.int32)).structured_outputs)
+  flat_want, flat_got = tf.nest.flatten(want), tf.nest.flatten(got)
+  if len(spec) != len(flat_want) or len(flat_got) != len(flat_want):
+    return want
+  out = []
+  for w, g, t in zip(flat_want, flat_got, spec):
+    if (not _ragged(w) and not _ragged(g) and isinstance(t, tf.Tensor) and
+        t.shape.rank is not None and np.ndim(g) == t.shape.rank + 1 and np.size(g) == 0 and
+        all(a == b or d is None for a, b, d in zip(np.shape(w)[1:], np.shape(g)[1:],
+                                                    t.shape.as_list()))):
+      w = np.zeros(np.shape(g), w.dtype)
+    out.append(w)
+  return tf.nest.pack_sequence_as(want, out)
+
+
 def pfor_value(loaded, n, mode, fallback=False):
   """pfor's outputs (numpy, or RaggedTensors) eagerly, in a tf.function, under XLA or with
   n known only at run time, and the variables' values after it."""
@@ -553,6 +573,7 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
       got = pfor_value(loaded, 0, "function", fallback)
+      want = (_empty_where_unknown(want[0], got[0], loaded), want[1])
     elif mode == "data":
       return data_outcome(program, loaded, fallback) or Outcome("ok")
     elif mode == "tf1":

@@ -172,3 +172,36 @@ def _env():
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   return dict(os.environ, PYTHONPATH=os.pathsep.join(
       [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
+_ROWS = np.array([[1.0, -2.0, 3.0, 0.5], [0.0, 4.0, -1.0, 2.0], [2.0, 2.0, 2.0, 2.0]],
+                 np.float32)
+_LENGTHS = np.array([2, 0, 4], np.int32)
+_IMAGES = np.random.default_rng(1).random([3, 2, 2, 3]).astype(np.float32)
+
+
+def _prefix_reductions(i):
+  row = tf.constant(_ROWS)[i, :tf.constant(_LENGTHS)[i]]
+  return (tf.reduce_all(row > 0.0), tf.reduce_any(row > 2.0), tf.reduce_max(row),
+          tf.reduce_min(row))
+
+
+def _hue(i):
+  return tf.image.adjust_hue(tf.constant(_IMAGES)[i], tf.cast(i, tf.float32) * 0.2 - 0.2)
+
+
+@pytest.mark.parametrize("body", [_prefix_reductions, _hue], ids=["prefix", "hue"])
+def test_converters_comparing_tensors_in_a_graph(body):
+  """In a tf.Graph (outside any function) `tensor == x` is Python identity, False: a
+  converter written with `==` gave reduce_all of ragged rows as a constant False, a wrong
+  hue and, for reduce_max, a reshape that failed (fuzz seed 3100010). Converters use
+  tf.equal; this runs them in a graph against the loop."""
+  graph = tf.Graph()
+  with graph.as_default():
+    got = vectorize.pfor(body, 3, fallback_to_while_loop=False)
+    want = [body(tf.constant(i)) for i in range(3)]
+  with tf.compat.v1.Session(graph=graph) as session:
+    got, want = session.run([got, want])
+  for k, g in enumerate(tf.nest.flatten(got)):
+    np.testing.assert_allclose(g, np.stack([tf.nest.flatten(w)[k] for w in want]),
+                               rtol=1e-5, atol=1e-6)

@@ -164,9 +164,9 @@ class Batched:
     codes = [vm.STEPS_EXHAUSTED] + list(range(1, len(program.functions) + 1))
     messages = tf.constant([self._failure(program, c) for c in codes])
     padded = tf.concat([overflow, [0]], 0)            # batch 0, or no failure: code 0
-    first = tf.gather(padded, tf.argmax(tf.cast(padded != 0, tf.int32)))
+    first = tf.gather(padded, tf.argmax(tf.cast(tf.not_equal(padded, 0), tf.int32)))
     message = tf.gather(messages, tf.maximum(first, 0))
-    check = tf.debugging.Assert(tf.reduce_all(overflow == 0), [message])
+    check = tf.debugging.Assert(tf.reduce_all(tf.equal(overflow, 0)), [message])
     with tf.control_dependencies([check]):
       return tuple(tf.identity(r) for r in results)
 

@@ -129,8 +129,8 @@ class _Machine:
           self.step, [state], shape_invariants=[shapes],
           maximum_iterations=self.max_steps)[0]["files"]
     pc, overflow = (self.registers.read(final, k) for k in ("pc", "overflow"))
-    overflow = tf.where((pc < self.halt) & (overflow == 0), STEPS_EXHAUSTED, overflow)
-    failed = overflow != 0
+    overflow = tf.where((pc < self.halt) & tf.equal(overflow, 0), STEPS_EXHAUSTED, overflow)
+    failed = tf.not_equal(overflow, 0)
     results = tuple(_poison(self.registers.read(final, r), failed)
                     for r in self.program.results)
     return results, overflow
