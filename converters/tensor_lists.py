@@ -70,8 +70,9 @@ def _grown(op, dense, needed):
   one with no room at all (a `dynamic_size` TensorArray of size 0, a loop accumulator with no
   `maximum_iterations`) is an error, where XLA itself would silently drop the writes."""
   if op.ctx.static_shapes and dense.buffer.shape[1] == 0 and op.ctx.static_n != 0:
+    where, _ = options.static_shapes_cause()
     raise ConversionError(
-        f"Cannot vectorize {op.type} {op.op.name!r}{walker.user_location(op.op)} under XLA: "
+        f"Cannot vectorize {op.type} {op.op.name!r}{walker.user_location(op.op)} {where}: "
         "it writes into a TensorList (TensorArray) with no room, which static shapes cannot "
         "grow (XLA would drop the writes). To fix: give the TensorArray a size that holds "
         "every write; for the accumulators of a loop's gradient, give the loop "

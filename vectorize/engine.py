@@ -96,8 +96,10 @@ def chunk_context(start, size, fallback_allowed, report):
 def _active_set(indices_are_range=False):
   """Masked where shapes must be static (under XLA, or asked for) or inside a loop body
   being traced, else Partitioned."""
-  strategy = Masked if options.masked_control_flow_wanted() else Partitioned
-  return strategy(indices_are_range=indices_are_range)
+  if options.masked_control_flow_wanted():
+    return Masked(indices_are_range=indices_are_range,
+                  static_shapes=options.static_shapes_wanted())
+  return Partitioned(indices_are_range=indices_are_range)
 
 
 def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn=True):

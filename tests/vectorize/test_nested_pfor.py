@@ -138,6 +138,34 @@ def test_inner_pfor_keeps_ragged_values_outside_xla():
   testing.assert_allclose(actual, testing.sequential(_loop(inner_body), OUTER))
 
 
+_TRIPS = tf.constant([2, 0, 3])
+
+
+def _growing_array(j, k):
+  """A dynamic_size TensorArray written in a loop of per-iteration trips, stacked."""
+  def step(t, ta):
+    return t + 1, ta.write(t, tf.cast(t * j + k, tf.float32))
+  _, ta = tf.while_loop(lambda t, ta: t < _TRIPS[j], step,
+                        (0, tf.TensorArray(tf.float32, size=0, dynamic_size=True,
+                                           element_shape=[])))
+  return ta.stack()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("outer", [0, 2])
+def test_inner_loop_growing_a_tensor_array(mode, outer):
+  """The inner pfor's loop runs masked (inside a body being traced) but not for XLA: its
+  TensorArray may grow, and the rows are ragged (fuzz seed 3100661: refused 'under XLA')."""
+  def body(k):
+    return vectorize.pfor(lambda j: _growing_array(j, k), 3, fallback_to_while_loop=False)
+
+  got = testing.pfor_in_mode(body, outer, mode)
+  assert got.shape[0] == outer
+  want = [[_growing_array(tf.constant(j), tf.constant(k)).numpy().tolist() for j in range(3)]
+          for k in range(outer)]
+  assert got.to_list() == want
+
+
 @pytest.mark.parametrize("mode", ["function", "dynamic"])
 def test_tensorflow_vectorized_map_inside_a_body(mode):
   """A library inside the body may call TensorFlow's own vectorized_map: its emitted

@@ -208,9 +208,11 @@ def _changes(value, k, fixed):
 
 @dataclasses.dataclass(frozen=True)
 class Masked(ActiveSet):
-  """Every lane runs; dead lanes borrow a live lane's inputs; results selected by mask."""
+  """Every lane runs; dead lanes borrow a live lane's inputs; results selected by mask.
+  `static_shapes` False where masks are chosen for another reason (a pfor inside a body
+  being traced, a loop carrying lists) and XLA is not the target: lists may grow then."""
 
-  static_shapes = True
+  static_shapes: bool = True
   dead_lanes_compute = True
 
   def split(self, ctx, branch_index, num_branches):

@@ -64,7 +64,8 @@ def _convert_while(op):
     # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
     # at all n lanes, which only the masked strategy does.
     carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
-    strategy = active_set.Masked() if carries_lists else ctx.active_set
+    strategy = (active_set.Masked(static_shapes=ctx.static_shapes) if carries_lists
+                else ctx.active_set)
     results = _stacked_loop(op, cond_graph, body, init, flags, strategy, reads)
   return reads.finals(results)
 
