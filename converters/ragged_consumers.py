@@ -118,9 +118,7 @@ def segment_reduce(op_type, x, ids, n):
   if op_type == "Prod":
     return tf.math.unsorted_segment_prod(x, ids, n)
   if op_type in ("Max", "Min"):
-    segment = tf.math.unsorted_segment_max if op_type == "Max" else \
-        tf.math.unsorted_segment_min
-    out = segment(x, ids, n)
+    out = indexing.segment_extreme(op_type.lower(), x, ids, n)
     if not x.dtype.is_floating:
       return out
     empty = tf.reshape(tf.equal(tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, n), 0),

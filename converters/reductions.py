@@ -15,6 +15,7 @@ mean and sqrt-n divide by per-segment counts, and empty segments of max/min give
 
 import tensorflow as tf
 
+from vectorize import indexing
 from vectorize import ragged
 from vectorize import values
 from vectorize.family import register_axis_shift
@@ -92,7 +93,11 @@ def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
                       tf.constant(-1, dtype))  # [n, d...]
   total = n * s if isinstance(n, int) else tf.cast(n, dtype) * s
   data = values.stack(rows, n)  # [n, d..., rest...]
-  out = values.reshape_leading(_UNSORTED[kind](data, flat_ids, total), [n, num_segments])
+  if empty_is_zero and kind in ("max", "min"):   # a sorted op: infinities as its kernel
+    out = indexing.segment_extreme(kind, data, flat_ids, total)
+  else:
+    out = _UNSORTED[kind](data, flat_ids, total)
+  out = values.reshape_leading(out, [n, num_segments])
   if kind in ("mean", "sqrt_n") or (empty_is_zero and kind in ("max", "min")):
     counts = tf.math.unsorted_segment_sum(tf.ones_like(flat_ids, tf.int32), flat_ids, total)
     counts = values.reshape_leading(counts, [n, num_segments])  # [n, s]

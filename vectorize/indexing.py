@@ -7,8 +7,14 @@ body never meets this: per iteration it reads or writes a slice of no values (an
 of a TensorArray of `[3, 0]` values, a zero-size loop variable) with ops that accept it.
 Vectorized, that read is one gather_nd over all iterations, so a slice with a dim of 0
 (known statically) is answered without the kernel.
+
+Likewise UnsortedSegmentMin/Max start from the highest/lowest finite value, which an
+infinity never passes: a segment of only `inf` gives the largest float where a reduce_min
+or a sorted segment_min gives `inf`. `segment_extreme` is the unsorted reduction with the
+infinity put back, for the converters that compute those ops with it.
 """
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -49,3 +55,18 @@ def scatter_nd(indices, updates, shape):
        _empty_slices(tf.TensorShape(static_shape.tolist()), indices.shape[-1]))):
     return tf.zeros(shape, updates.dtype)
   return tf.scatter_nd(indices, updates, shape)
+
+
+def segment_extreme(kind, data, ids, num_segments):
+  """`unsorted_segment_min` ("min") or `_max` ("max") of `data`, where a segment whose
+  values are all `inf` ("min") or `-inf` ("max") gives that infinity. Empty segments keep
+  the kernel's value (the caller decides what they give)."""
+  reduce = tf.math.unsorted_segment_min if kind == "min" else tf.math.unsorted_segment_max
+  out = reduce(data, ids, num_segments)
+  if not data.dtype.is_floating:
+    return out
+  infinity = tf.constant(np.inf if kind == "min" else -np.inf, data.dtype)
+  # 0 where every value of the segment is that infinity; an empty one gives the lowest int.
+  finite = tf.math.unsorted_segment_max(tf.cast(tf.not_equal(data, infinity), tf.int32),
+                                        ids, num_segments)
+  return tf.where(tf.equal(finite, 0), infinity, out)
