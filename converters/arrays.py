@@ -162,7 +162,7 @@ def _common_size(op):
   size = op.value(1)
   if not size.stacked:
     return size.tensor, []
-  fixed = _fixed_size(op.op.inputs[1])
+  fixed = fixed_bincount_size(op.op.inputs[1])
   if fixed is not None:
     return tf.constant(fixed, size.tensor.dtype), []
   common = max_or_zero(size.tensor)
@@ -174,7 +174,7 @@ def _common_size(op):
                                       [message, size.tensor])]
 
 
-def _fixed_size(size):
+def fixed_bincount_size(size):
   """The number of bins when minlength and maxlength fix it, else None.
 
   `tf.math.bincount` sizes its output min(maxlength, max(minlength, max(x) + 1)): one number

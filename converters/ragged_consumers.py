@@ -11,6 +11,7 @@ gathered by row id; invariant ones broadcast as they would per iteration.
 import numpy as np
 import tensorflow as tf
 
+from converters import arrays
 from converters.ragged_producers import tile_per_iteration, unique_rows
 from vectorize import indexing
 from vectorize import ragged
@@ -338,7 +339,9 @@ def _convert_dense_bincount(op):
   weights = op.value(2)
   if values.rank(rows.values) != 1 or ragged.is_ragged(op.value(1)):
     raise Unvectorizable("bin counts of a ragged value of rank other than 1")
-  size = tf.cast(values.stack(op.value(1), op.ctx.n), tf.int32)          # [n]
+  fixed = arrays.fixed_bincount_size(op.op.inputs[1])   # minlength = maxlength: dense
+  size_value = invariant(tf.constant(fixed)) if fixed is not None else op.value(1)
+  size = tf.cast(values.stack(size_value, op.ctx.n), tf.int32)          # [n]
   out = ragged.RaggedRows(rows.values, size)
   ids = rows.row_ids
   bin_index = tf.cast(rows.values, tf.int32)
@@ -353,10 +356,10 @@ def _convert_dense_bincount(op):
   counts = tf.math.unsorted_segment_sum(amounts, target, tf.reduce_sum(size))
   if op.attr("binary_output"):
     counts = tf.cast(counts > 0, counts.dtype)
-  if op.is_stacked(1):
+  if size_value.stacked:
     return ragged.ragged(counts, size)
   return stacked(values.reshape(counts, [values.loop_length(op.ctx),
-                                        tf.cast(op.invariant(1), tf.int32)]))
+                                        tf.cast(size_value.tensor, tf.int32)]))
 
 
 # ----------------------------------------------------------------------------- shapes

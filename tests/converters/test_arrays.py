@@ -8,6 +8,7 @@ import tensorflow as tf
 from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
 import vectorize
+from tests import testing
 
 
 @pytest.mark.parametrize("pattern", [(True, True), (True, False), (False, True)],
@@ -81,3 +82,28 @@ def test_roll_along_a_missing_axis_fails_as_the_kernel_does():
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"axis out of range \[-2, 2\)"):
     vectorize.pfor(lambda i: tf.roll(tf.ones([2, 3]), 1, axes[i]), 2,
                    fallback_to_while_loop=False)
+
+
+_WORD_COUNTS = tf.constant([[3, 1, 0], [2, 2, 2], [0, 0, 0], [1, 5, 4]])
+_LENGTHS = tf.constant([2, 3, 0, 3])
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic", "xla"])
+def test_bincount_of_ragged_values_with_a_fixed_number_of_bins_is_dense(mode):
+  """minlength = maxlength fixes the bins: the counts of per-iteration-length values are
+  dense, as the loop stacks them, and a loop can carry them (fuzz seed 3101686: they came
+  back ragged, and a TensorArray write of them failed)."""
+  def body(i):
+    counts = tf.math.bincount(_WORD_COUNTS[i, :_LENGTHS[i]], minlength=4, maxlength=4)
+    def step(j, ta):
+      return j + 1, ta.write(j, counts * (j + 1))
+    _, ta = tf.while_loop(lambda j, ta: j < 2, step,
+                          (0, tf.TensorArray(tf.int32, size=2, element_shape=[4])))
+    return counts, ta.stack()
+
+  if mode == "xla":
+    with pytest.raises(vectorize.ConversionError, match="XLA"):
+      testing.run_pfor(body, 4, mode=mode)
+    return
+  got = testing.run_pfor(body, 4, mode=mode)
+  testing.assert_allclose(got, testing.sequential(body, 4))
