@@ -44,6 +44,16 @@ def called_functions(op):
       yield from (f.name for f in value.list.func)
 
 
+# Under XLA with a static n up to this, the whole body runs unrolled (`_unrolled`).
+UNROLLED_UNDER_XLA = 64
+_SHAPE_DIFFERS = (
+    "the body runs as a sequential loop of the whole body (the warning above says why), "
+    "and an output differs in shape per iteration, which that loop cannot return (only "
+    "RaggedTensors the body builds). To fix: give the output one shape in every iteration "
+    "(pad it and return its length beside it), or update the variable outside the body "
+    "(return per-iteration values), so that the body vectorizes and returns it ragged.")
+
+
 class StatefulRefusal(ConversionError):
   """A stateful op that has no vectorized form here: the whole body must run as a loop."""
 
@@ -114,9 +124,12 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   if trace_module.OPERATION in traced.kinds:
     raise ConversionError(f"{refusal} (The body returns an Operation, which a sequential "
                           "loop of the whole body does not return.)")
-  logging.warning("vectorize: the whole body runs as a sequential while loop, which is slow: "
+  logging.warning("vectorize: the whole body runs as a sequential loop, which is slow: "
                   "%s", refusal)
   fn = trace_module.autograph_like_caller(loop_fn)
+  if (options.compiled_by_xla() and static_n is not None and static_n <= UNROLLED_UNDER_XLA
+      and trace_module.RAGGED not in traced.kinds):
+    return traced.pack(_unrolled(fn, traced, static_n), [])
   # Ragged where the converted body would be (a RaggedTensor the body returns too); a dense
   # output is checked to have one shape.
   if options.static_shapes_wanted():
@@ -126,13 +139,7 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
                for f, t in zip(ragged_flags, traced.graph.outputs)]
   else:
     varying = _varying_axes(traced)
-  outputs = iteration_outputs.IterationOutputs(
-      traced.graph.outputs, varying,
-      "the body runs as a sequential loop of the whole body (the warning above says why), "
-      "and an output differs in shape per iteration, which that loop cannot return (only "
-      "RaggedTensors the body builds). To fix: give the output one shape in every iteration "
-      "(pad it and return its length beside it), or update the variable outside the body "
-      "(return per-iteration values), so that the body vectorizes and returns it ragged.")
+  outputs = iteration_outputs.IterationOutputs(traced.graph.outputs, varying, _SHAPE_DIFFERS)
 
   def step(i, *arrays):
     leaves = tf.nest.flatten(fn(i), expand_composites=False)
@@ -152,6 +159,26 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
       out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
     flat.append(out)
   return traced.pack(flat, [])
+
+
+def _unrolled(fn, traced, n):
+  """The n iterations one after another as straight-line code, for XLA: each iteration's
+  index is a constant there, so the shapes a body derives from it (`x[i:i + 1]`,
+  `tf.range(i)`, a TensorArray of size i) are static, as XLA needs; in a while loop they are
+  not, and XLA refuses them. The iterations' effects keep their order (the function's
+  automatic control dependencies order its stateful ops as made)."""
+  rows = []
+  for i in range(n):
+    leaves = tf.nest.flatten(fn(tf.constant(i)), expand_composites=False)
+    rows.append([tf.convert_to_tensor(part) for leaf, kind in zip(leaves, traced.kinds)
+                 for part in _parts(leaf, kind)])
+  if not n:
+    return [tf.zeros([0] + [d or 0 for d in t.shape.as_list()], t.dtype)
+            for t in traced.graph.outputs]
+  try:
+    return [tf.stack(parts) for parts in zip(*rows)]
+  except ValueError as e:
+    raise ConversionError(f"vectorize: {_SHAPE_DIFFERS} ({e})") from None
 
 
 def _parts(leaf, kind):

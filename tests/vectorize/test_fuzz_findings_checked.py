@@ -125,13 +125,9 @@ def _assigning_loop(i, v):
 
 # Fuzz seed 3000079 (xla: "with the fallback on: InvalidArgumentError: Tried to explicitly
 # squeeze dimension 0 but dimension was not 1: 4"); shrunk repro
-# /tmp/fuzz_campaign/chunk_0/repro_10.py.
-@pytest.mark.xfail(strict=True, reason="under XLA, the whole-body loop that the fallback runs "
-                   "for a body assigning a variable crashes on tf.squeeze(x[i:i + 1], 0) "
-                   "(InvalidArgumentError: squeeze dimension 0 ... was not 1: 4). TF's XLA "
-                   "bug: a plain tf.while_loop writing tf.squeeze(x[i:i + 1], 0) of its "
-                   "counter fails the same under jit_compile (the slice's size is taken as "
-                   "x's). The converted body reads the slice right; only the loop fails")
+# /tmp/fuzz_campaign/chunk_0/repro_10.py. A plain tf.while_loop writing
+# tf.squeeze(x[i:i + 1], 0) of its counter fails the same under jit_compile (TF's XLA takes
+# the slice's size as x's); under XLA the whole body now runs unrolled for a static n.
 def test_fallback_whole_body_loop_under_xla_slices_per_iteration():
   v = tf.Variable(0.0)
   x = tf.reshape(tf.range(24, dtype=tf.float32), [4, 2, 3])

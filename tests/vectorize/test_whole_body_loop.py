@@ -150,3 +150,36 @@ def test_control_flow_that_writes_and_then_cannot_convert_writes_once(body, mode
   assert got.shape[0] == n
   if n:
     assert got.to_list() == tf.ragged.stack(want).to_list()
+
+
+R = tf.Variable(0.0)
+
+
+def _shapes_from_the_index(i):
+  """A variable assigned in a loop of per-iteration trips (the whole body runs as a loop)
+  beside shapes derived from i: XLA compiles them only for a constant i (fuzz seeds
+  3100085, 3100119, 3100856: 'Tried to explicitly squeeze dimension 0', 'must be a
+  compile-time constant' in a while loop of the whole body)."""
+  row = tf.squeeze(XF[i:i + 1], 0)
+
+  def step(t):
+    R.assign(R * 0.5 + row[t])
+    return [t + 1]
+  tf.while_loop(lambda t: t < LENGTHS[i], step, [0])
+  ta = tf.TensorArray(tf.float32, size=i + 1).write(i, R.read_value())
+  return row * R, tf.reduce_sum(ta.stack()), tf.range(i + 1)[:1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_whole_body_under_xla_runs_unrolled(n):
+  R.assign(0.0)
+  want = [_shapes_from_the_index(tf.constant(i)) for i in range(n)]
+  want_state = R.numpy()
+  R.assign(0.0)
+  got = tf.function(lambda: vectorize.pfor(_shapes_from_the_index, n), jit_compile=True,
+                    autograph=False)()
+  np.testing.assert_allclose(R.numpy(), want_state, rtol=1e-6)
+  for k, g in enumerate(got):
+    assert g.shape[0] == n
+    if n:
+      np.testing.assert_allclose(g, tf.stack([w[k] for w in want]), rtol=1e-6)
