@@ -70,17 +70,6 @@ _KINDS = {
     "ResourceScatterSub": _ADD,
 }
 _WRITES = (_ASSIGN, _ADD, _OTHER)
-# Ops calling functions: (function attrs, offset from op input to function input).
-_CALLS = {
-    "PartitionedCall": (("f",), 0),
-    "StatefulPartitionedCall": (("f",), 0),
-    "If": (("then_branch", "else_branch"), 1),
-    "StatelessIf": (("then_branch", "else_branch"), 1),
-    "Case": (("branches",), 1),
-    "StatelessCase": (("branches",), 1),
-    "While": (("cond", "body"), 0),
-    "StatelessWhile": (("cond", "body"), 0),
-}
 
 
 # ----------------------------------------------------------------------------- ordering
@@ -111,10 +100,10 @@ def _kind(o, positions):
   kind = _KINDS.get(o.type)
   if kind is not None:
     return kind
-  if o.type not in _CALLS:
+  if o.type not in whole_body_loop.CALLS:
     return _OTHER
-  attrs, offset = _CALLS[o.type]
-  for graph in _called_graphs(o, attrs):
+  attrs, offset = whole_body_loop.CALLS[o.type]
+  for graph in whole_body_loop.called_graphs(o, attrs):
     for j in positions:
       if j < offset or j - offset >= len(graph.inputs):
         return _OTHER
@@ -122,21 +111,6 @@ def _kind(o, positions):
         if _kind(inner, inner_positions) in _WRITES:
           return _OTHER
   return _CALL_READ
-
-
-def _called_graphs(o, attrs):
-  """The FuncGraphs that op `o` calls through `attrs` (a function, or a list: Case)."""
-  graphs = []
-  for attr in attrs:
-    value = o.get_attr(attr)
-    names = [f.name for f in value] if isinstance(value, list) else [value.name]
-    for name in names:
-      fn = graph_io.find_function(o.graph, name)
-      if fn is None:
-        raise ConversionError(f"Function {name} used by {o.name} is not in the graph's "
-                              "library.")
-      graphs.append(fn.graph)
-  return graphs
 
 
 def _ordered_accesses(op, i=0):

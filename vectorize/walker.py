@@ -223,6 +223,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
       raise ConversionError(_describe_failure(op, reason)) from None
     if first_emitted is not None:
       _refuse_if_it_wrote(op, graph, graph.get_operations()[first_emitted:], reason)
+    _refuse_if_it_shares_state(op, reason)
     ctx.report.add(op, "fallback", reason)
     fallback.warn_once(op, ctx, reason)
     return fallback.run_sequentially(op, inputs, ctx)
@@ -232,6 +233,27 @@ def _may_write(op):
   """Whether converting `op` may emit variable writes before it finds it cannot: a stateful
   op calling functions (a conditional, loop or call whose functions have effects)."""
   return op._is_stateful and any(whole_body_loop.called_functions(op))  # pylint: disable=protected-access
+
+
+def _refuse_if_it_shares_state(op, reason):
+  """An op with state that falls back runs for every iteration after the vectorized ops
+  before it ran for all: where other ops of the body read what it changes, or change what
+  it reads (a lookup table's insert beside its lookups), they would see the wrong order, so
+  the whole body runs as a loop."""
+  if not op._is_stateful or whole_body_loop.probing():  # pylint: disable=protected-access
+    return
+  for t in op.inputs:
+    if t.dtype != tf.resource:
+      continue
+    root = t
+    while root.op.type == "Identity":
+      root = root.op.inputs[0]
+    users = whole_body_loop.resource_users(root)
+    if len(users) > 1 and whole_body_loop.reads_and_writes(users):
+      raise whole_body_loop.StatefulRefusal(
+          f"Cannot vectorize {op.type} {op.name!r}{user_location(op)}: {reason}; and other "
+          "ops of the body use its variable or table, so running it alone in a sequential "
+          "loop would change the order in which they see it.")
 
 
 def _refuse_if_it_wrote(op, graph, emitted, reason):

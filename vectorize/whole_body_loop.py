@@ -28,11 +28,75 @@ VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariable
                    "ResourceStridedSliceAssign")
 
 
+TABLE_WRITES = ("LookupTableInsertV2", "LookupTableRemoveV2", "LookupTableImportV2")
+# Ops that only read the resource they take: a variable, or a lookup table.
+RESOURCE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape",
+                  "VarIsInitializedOp", "LookupTableFindV2", "LookupTableSizeV2",
+                  "LookupTableExportV2")
+# Ops calling functions: (function attrs, offset from op input to function input).
+CALLS = {
+    "PartitionedCall": (("f",), 0),
+    "StatefulPartitionedCall": (("f",), 0),
+    "If": (("then_branch", "else_branch"), 1),
+    "StatelessIf": (("then_branch", "else_branch"), 1),
+    "Case": (("branches",), 1),
+    "StatelessCase": (("branches",), 1),
+    "While": (("cond", "body"), 0),
+    "StatelessWhile": (("cond", "body"), 0),
+}
+
+
+def called_graphs(o, attrs):
+  """The FuncGraphs that op `o` calls through `attrs` (a function, or a list: Case)."""
+  graphs = []
+  for attr in attrs:
+    value = o.get_attr(attr)
+    names = [f.name for f in value] if isinstance(value, list) else [value.name]
+    for name in names:
+      fn = graph_io.find_function(o.graph, name)
+      if fn is None:
+        raise ConversionError(f"Function {name} used by {o.name} is not in the graph's "
+                              "library.")
+      graphs.append(fn.graph)
+  return graphs
+
+
+def resource_users(resource):
+  """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
+  functions of the calls, conditionals and loops that take it, at any depth."""
+  users, frontier, seen = [], [resource], {resource.ref()}
+  while frontier:
+    for o in frontier.pop().consumers():
+      if o.graph is not resource.graph and o.type != "Identity":
+        continue
+      if o.type == "Identity":
+        if o.outputs[0].ref() not in seen:
+          seen.add(o.outputs[0].ref())
+          frontier.append(o.outputs[0])
+        continue
+      users.append(o)
+      if o.type in CALLS:
+        attrs, offset = CALLS[o.type]
+        positions = [j - offset for j, t in enumerate(o.inputs) if t.ref() in seen]
+        for graph in called_graphs(o, attrs):
+          for j in positions:
+            if 0 <= j < len(graph.inputs):
+              users.extend(resource_users(graph.inputs[j]))
+  return users
+
+
+def reads_and_writes(users):
+  """Whether `users` (of one resource) both read it and change it."""
+  changes = [o for o in users if o.type not in RESOURCE_READS and o.type not in CALLS]
+  return any(o.type in RESOURCE_READS for o in users) and bool(changes)
+
+
 def is_variable_write(op):
-  """Whether `op` writes the variable its first input holds (`v[i].assign(row)` is a
-  ResourceStridedSliceAssign; optimizers' ResourceApply* ops update their slots too)."""
-  return (op.type in VARIABLE_WRITES or op.type.startswith("ResourceApply") or
-          op.type.startswith("ResourceSparseApply"))
+  """Whether `op` writes the variable (or lookup table) its first input holds
+  (`v[i].assign(row)` is a ResourceStridedSliceAssign; optimizers' ResourceApply* ops update
+  their slots too)."""
+  return (op.type in VARIABLE_WRITES or op.type in TABLE_WRITES or
+          op.type.startswith("ResourceApply") or op.type.startswith("ResourceSparseApply"))
 
 
 def called_functions(op):

@@ -35,6 +35,7 @@ from vectorize import indexing
 from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
+from vectorize import whole_body_loop
 from vectorize.control_flow import active_set
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.registry import register
@@ -46,6 +47,7 @@ from vectorize.values import Value, stack
 def _convert_while(op):
   cond_graph = graph_io.function_graph(op.op, "cond")
   body_graph = graph_io.function_graph(op.op, "body")
+  _refuse_state_read_and_written(op, cond_graph, body_graph)
   body = _Body(body_graph, _live_outputs(op, cond_graph, body_graph))
   _check_static_list_growth(op, body)
   reads = _ragged_variables(op, body)
@@ -158,6 +160,25 @@ class _Body:
     while t.op.type == "Identity":
       t = t.op.inputs[0]
     return t is self.graph.inputs[k]
+
+
+def _refuse_state_read_and_written(op, cond_graph, body_graph):
+  """A loop whose steps read a variable (or a table) they also change: vectorized, step k
+  of every iteration runs before step k + 1 of any, so a read sees the other iterations'
+  steps, where the sequential loop reads its own iteration's (a counter read after its
+  assign_add, a Keras seed generator drawing in the loop). The whole body runs as a loop."""
+  for k, t in enumerate(op.op.inputs):
+    if t.dtype != tf.resource or k >= len(body_graph.inputs):
+      continue
+    users = (whole_body_loop.resource_users(cond_graph.inputs[k]) +
+             whole_body_loop.resource_users(body_graph.inputs[k]))
+    if whole_body_loop.reads_and_writes(users):
+      raise whole_body_loop.StatefulRefusal(
+          f"Cannot vectorize the tf.while_loop {op.op.name!r}{walker.user_location(op.op)}: "
+          f"its steps read a variable or table that they also change ({t.name}); vectorized, "
+          "each step of every iteration would run before the next step of any, so a read "
+          "would see the other iterations' steps. Read or update it outside the loop, or "
+          "run the loop sequentially.")
 
 
 def _live_outputs(op, cond_graph, body_graph):
