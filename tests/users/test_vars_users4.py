@@ -1,0 +1,236 @@
+"""Per-example code that reads and writes tf.Variables inside the pfor body.
+
+Each test runs the plain loop, records the outputs and the variables' final values, resets
+the variables, runs pfor, and compares both.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from ._util_users4 import _no_checked_env, loop, assert_same, to_np  # noqa: F401
+
+
+def _check_stateful(body, n, variables, modes=("eager", "function", "runtime_n"), **tol):
+  init = [v.numpy() for v in variables]
+
+  def reset():
+    for v, x in zip(variables, init):
+      v.assign(x)
+
+  reset()
+  want = loop(body, n)
+  want_state = [v.numpy() for v in variables]
+  for mode in modes:
+    reset()
+    if mode == "eager":
+      got = vectorize.pfor(body, n)
+    elif mode == "function":
+      got = tf.function(lambda: vectorize.pfor(body, n))()
+    elif mode == "runtime_n":
+      got = tf.function(lambda k: vectorize.pfor(body, k),
+                        input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
+    elif mode == "xla":
+      got = tf.function(lambda: vectorize.pfor(body, n), jit_compile=True)()
+    try:
+      if n:
+        assert_same(got, want, **tol)
+      for v, s in zip(variables, want_state):
+        np.testing.assert_allclose(v.numpy(), s, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"variable {v.name} after pfor")
+    except AssertionError as e:
+      raise AssertionError(f"mode {mode}: {e}") from e
+  reset()
+
+
+def test_counter_read_before_and_after_assign_add():
+  v = tf.Variable(0.0)
+
+  def body(i):
+    before = v.read_value()
+    v.assign_add(tf.cast(i, tf.float32) + 1.0)
+    after = v.read_value()
+    return before, after, after - before
+
+  _check_stateful(body, 5, [v])
+
+
+def test_counter_n_zero():
+  v = tf.Variable(3.0)
+
+  def body(i):
+    v.assign_add(tf.cast(i, tf.float32))
+    return v.read_value()
+
+  _check_stateful(body, 0, [v])
+  got = vectorize.pfor(body, 0)
+  assert tuple(got.shape) == (0,)
+  assert v.numpy() == 3.0
+
+
+def test_int64_step_counter():
+  step = tf.Variable(tf.constant(10, tf.int64))
+
+  def body(i):
+    s = step.assign_add(1)
+    return s * 2, tf.cast(i, tf.int64) + step
+
+  _check_stateful(body, 4, [step])
+
+
+def test_assign_sub_vector_sgd_steps():
+  w = tf.Variable([1.0, -2.0, 0.5])
+  g = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+
+  def body(i):
+    w.assign_sub(0.1 * g[i])
+    return w.read_value(), tf.reduce_sum(w * w)
+
+  _check_stateful(body, 4, [w])
+
+
+def test_moving_average_ema():
+  ema = tf.Variable(tf.zeros([2], tf.float64))
+  x = tf.constant(np.random.RandomState(0).randn(6, 2))
+
+  def body(i):
+    ema.assign(0.9 * ema + 0.1 * x[i])
+    return ema.read_value()
+
+  _check_stateful(body, 6, [ema])
+
+
+def test_moving_average_debiased_with_step():
+  mean = tf.Variable(tf.zeros([3]))
+  step = tf.Variable(0.0)
+  x = tf.constant(np.random.RandomState(1).randn(5, 3).astype(np.float32))
+
+  def body(i):
+    step.assign_add(1.0)
+    mean.assign(0.8 * mean + 0.2 * x[i])
+    return mean / (1.0 - 0.8 ** step)
+
+  _check_stateful(body, 5, [mean, step], rtol=1e-4, atol=1e-5)
+
+
+def test_scatter_add_memory_table():
+  mem = tf.Variable(tf.zeros([4, 2]))
+  keys = tf.constant([1, 3, 1, 0, 3, 1])
+  vals = tf.constant(np.arange(12, dtype=np.float32).reshape(6, 2))
+
+  def body(i):
+    mem.scatter_add(tf.IndexedSlices(vals[i][None], keys[i][None]))
+    return mem[keys[i]], tf.reduce_sum(mem)
+
+  _check_stateful(body, 6, [mem])
+
+
+def test_scatter_update_duplicate_keys_last_write_wins():
+  mem = tf.Variable(-tf.ones([3, 2]))
+  keys = tf.constant([2, 0, 2, 2, 1])
+  vals = tf.constant(np.arange(10, dtype=np.float32).reshape(5, 2))
+
+  def body(i):
+    old = mem[keys[i]]
+    mem.scatter_update(tf.IndexedSlices(vals[i][None], keys[i][None]))
+    return old, mem.read_value()
+
+  _check_stateful(body, 5, [mem])
+
+
+def test_slice_assign_row_then_sum():
+  table = tf.Variable(tf.zeros([4, 3]))
+  rows = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3) + 1)
+
+  def body(i):
+    table[i].assign(rows[i] * 2.0)
+    return tf.reduce_sum(table), table[i] - rows[i]
+
+  _check_stateful(body, 4, [table])
+
+
+def test_variable_read_in_cond_branches():
+  a = tf.Variable([1.0, 2.0])
+  b = tf.Variable([10.0, 20.0])
+  x = tf.constant([0.5, -1.0, 2.0, -0.5, 0.0])
+
+  def body(i):
+    return tf.cond(x[i] > 0, lambda: a * x[i], lambda: b + x[i])
+
+  _check_stateful(body, 5, [a, b])
+
+
+def test_variable_updated_in_both_branches_of_cond():
+  c = tf.Variable(0.0)
+
+  def body(i):
+    out = tf.cond(i % 2 == 0, lambda: c.assign_add(tf.cast(i, tf.float32) + 1.0),
+                  lambda: c.assign_sub(0.5))
+    return out, c.read_value()
+
+  _check_stateful(body, 5, [c])
+
+
+def test_variable_read_inside_while_loop():
+  w = tf.Variable(np.arange(6, dtype=np.float32) + 1.0)
+
+  def body(i):
+    _, acc = tf.while_loop(lambda k, a: k < i + 1, lambda k, a: (k + 1, a + w[k] * w[k]),
+                           (tf.constant(0), tf.constant(0.0)))
+    return acc
+
+  _check_stateful(body, 5, [w])
+
+
+def test_assign_add_inside_while_loop_per_example_trips():
+  hits = tf.Variable(0)
+
+  def body(i):
+    def step(k):
+      hits.assign_add(1)
+      return (k + 1,)
+    k = tf.while_loop(lambda k: k < i, step, (tf.constant(0),))[0]
+    return k, hits.read_value()
+
+  # Sequential: hits after iteration i is i*(i+1)/2.
+  _check_stateful(body, 4, [hits], modes=("eager", "function"))
+
+
+def test_keras_mean_metric_updated_in_body():
+  m = tf.keras.metrics.Mean()
+  x = tf.constant([1.0, 3.0, 5.0, 7.0])
+
+  def body(i):
+    m.update_state(x[i])
+    return m.result()
+
+  _check_stateful(body, 4, list(m.variables), modes=("eager", "function"))
+
+
+def test_keras_accuracy_metric_updated_in_body():
+  acc = tf.keras.metrics.SparseCategoricalAccuracy()
+  labels = tf.constant([0, 1, 2, 1])
+  logits = tf.constant([[2.0, 1.0, 0.0], [0.0, 1.0, 3.0], [0.0, 0.0, 5.0], [1.0, 2.0, 0.0]])
+
+  def body(i):
+    acc.update_state(labels[i][None], logits[i][None])
+    return acc.result()
+
+  _check_stateful(body, 4, list(acc.variables), modes=("eager",))
+
+
+def test_checked_mode_variable_body():
+  v = tf.Variable(tf.zeros([2]))
+  x = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+
+  def body(i):
+    v.assign_add(x[i])
+    return v * 2.0
+
+  want = loop(body, 4)
+  want_v = v.numpy()
+  v.assign(tf.zeros([2]))
+  with vectorize.checked(sample=None):
+    got = vectorize.pfor(body, 4)
+  assert_same(got, want)
+  np.testing.assert_allclose(v.numpy(), want_v)
