@@ -234,3 +234,103 @@ def test_checked_mode_variable_body():
     got = vectorize.pfor(body, 4)
   assert_same(got, want)
   np.testing.assert_allclose(v.numpy(), want_v)
+
+
+def test_running_max_non_affine_update():
+  best = tf.Variable(-100.0)
+  x = tf.constant([3.0, 1.0, 7.0, 2.0, 9.0, -1.0])
+
+  def body(i):
+    improved = x[i] > best
+    best.assign(tf.maximum(best, x[i]))
+    return improved, best.read_value()
+
+  _check_stateful(body, 6, [best])
+
+
+def test_two_coupled_variables():
+  a = tf.Variable(1.0)
+  b = tf.Variable(2.0)
+
+  def body(i):
+    a.assign_add(b)
+    b.assign(a * 0.5 + tf.cast(i, tf.float32))
+    return a.read_value(), b.read_value()
+
+  _check_stateful(body, 4, [a, b])
+
+
+def test_assign_per_iteration_value_last_write_wins():
+  last = tf.Variable(tf.zeros([2], tf.int32))
+  x = tf.constant([[1, 2], [3, 4], [5, 6]])
+
+  def body(i):
+    prev = last.read_value()
+    last.assign(x[i])
+    return prev
+
+  _check_stateful(body, 3, [last])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "pfor of a body that reads a tf.Variable('start') (string), assigns it "
+    "tf.strings.join([names[i], '!']) and reads it again crashes in conversion with "
+    "TypeError: Value passed to parameter 'x' has DataType string not in list of allowed "
+    "values (converters/recurrences.py sequential_read), not naming the user's line; the "
+    "loop gives prev = [b'start', b'a!', b'bb!'], lengths [2, 3, 4]"))
+def test_string_variable_last_write_and_read():
+  name = tf.Variable("start")
+  names = tf.constant(["a", "bb", "ccc"])
+
+  def body(i):
+    prev = name.read_value()
+    name.assign(tf.strings.join([names[i], "!"]))
+    return prev, tf.strings.length(name.read_value())
+
+  _check_stateful(body, 3, [name], modes=("eager", "function"))
+
+
+def test_write_in_cond_then_read_after():
+  total = tf.Variable(0.0)
+  x = tf.constant([1.0, -2.0, 3.0, -4.0, 5.0])
+
+  def body(i):
+    tf.cond(x[i] > 0, lambda: total.assign_add(x[i]).op, lambda: tf.no_op())
+    return total.read_value()
+
+  _check_stateful(body, 5, [total], modes=("eager", "function"))
+
+
+def test_counter_under_xla():
+  v = tf.Variable(0.0)
+  x = tf.constant([1.0, 2.0, 3.0, 4.0])
+
+  def body(i):
+    before = v.read_value()
+    v.assign_add(x[i])
+    return before * 10.0 + v
+
+  _check_stateful(body, 4, [v], modes=("xla",))
+
+
+def test_scatter_nd_add_histogram():
+  hist = tf.Variable(tf.zeros([5], tf.int32))
+  bins = tf.constant([[0, 1], [1, 1], [4, 2], [0, 0]])
+
+  def body(i):
+    hist.scatter_nd_add(bins[i][:, None], tf.ones([2], tf.int32))
+    return tf.reduce_max(hist), hist[bins[i][0]]
+
+  _check_stateful(body, 4, [hist], modes=("eager", "function"))
+
+
+def test_memory_write_then_read_in_while():
+  mem = tf.Variable(tf.zeros([6]))
+
+  def body(i):
+    mem[i].assign(tf.cast(i, tf.float32) + 1.0)
+    _, s = tf.while_loop(lambda k, s: k <= i, lambda k, s: (k + 1, s + mem[k]),
+                         (tf.constant(0), tf.constant(0.0)))
+    return s
+
+  _check_stateful(body, 6, [mem], modes=("eager", "function"))
