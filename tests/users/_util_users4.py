@@ -14,12 +14,19 @@ def _no_checked_env(monkeypatch):
   monkeypatch.delenv("VECTORIZE_CHECKED", raising=False)
 
 
+class Rows:
+  """The loop's values of one output whose size differs per iteration (not a nest)."""
+
+  def __init__(self, rows):
+    self.rows = list(rows)
+
+
 def _stack(vals):
-  """np values of one output over the iterations: np.stack or a list where sizes differ."""
+  """np values of one output over the iterations: np.stack or Rows where sizes differ."""
   shapes = {np.shape(v) for v in vals}
   if len(shapes) <= 1:
     return np.stack(vals) if vals else None
-  return list(vals)
+  return Rows(vals)
 
 
 def loop(body, n, *, index_dtype=tf.int32):
@@ -39,7 +46,11 @@ def loop(body, n, *, index_dtype=tf.int32):
 
 def to_np(x):
   if isinstance(x, tf.RaggedTensor):
-    return [to_np(r) for r in x]
+    return Rows([to_np(r) for r in x])
+  if isinstance(x, tf.compat.v1.ragged.RaggedTensorValue):
+    splits, vals = x.row_splits, x.values
+    return Rows([to_np(vals)[splits[k]:splits[k + 1]] if not isinstance(vals, Rows)
+                 else Rows(vals.rows[splits[k]:splits[k + 1]]) for k in range(len(splits) - 1)])
   if isinstance(x, (tf.Tensor, tf.Variable)):
     return x.numpy()
   if isinstance(x, tf.IndexedSlices):
@@ -58,9 +69,9 @@ def assert_same(got, want, rtol=1e-5, atol=1e-5):
 
 
 def _cmp(g, w, rtol, atol):
-  if isinstance(w, list) or isinstance(g, list):
-    g = list(g)
-    w = list(w)
+  if isinstance(w, Rows) or isinstance(g, Rows):
+    g = g.rows if isinstance(g, Rows) else list(g)
+    w = w.rows if isinstance(w, Rows) else list(w)
     assert len(g) == len(w), (len(g), len(w))
     for a, b in zip(g, w):
       _cmp(np.asarray(a), np.asarray(b), rtol, atol)

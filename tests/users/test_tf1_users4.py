@@ -186,3 +186,63 @@ def test_graph_mode_python_eq_on_tensor_is_not_elementwise_reminder():
   want = _eager_loop(per, x)
   got = _session_pfor(per, [x], [tf.int32])
   assert_same(got, want)
+
+
+def _seq_stats(seq, length):
+  seg = seq[:length]                              # [L, 3]
+  return (tf.reduce_max(seg, axis=0), tf.reduce_min(seg, axis=1),
+          tf.reduce_prod(seg, axis=0, keepdims=True), tf.reduce_all(seg > -1.0, axis=1),
+          tf.reduce_any(tf.greater(seg, 1.0)), tf.math.reduce_logsumexp(seg, axis=0))
+
+
+def test_session_2d_prefix_reductions_by_axis():
+  x = np.round(RS.randn(4, 5, 3), 2).astype(np.float32)
+  lens = np.array([2, 5, 1, 3], np.int32)
+  want = _eager_loop(_seq_stats, x, lens)
+  got = _session_pfor(_seq_stats, [x, lens], [tf.float32, tf.int32])
+  assert_same(got, want, rtol=1e-5)
+
+
+def test_session_variable_counter_and_ema():
+  x = RS.randn(4, 2).astype(np.float32)
+  with tf.Graph().as_default() as g:
+    xp = v1.placeholder(tf.float32, [None, 2])
+    ema = v1.get_variable("ema", initializer=tf.zeros([2]), use_resource=True)
+    cnt = v1.get_variable("cnt", initializer=tf.constant(0), use_resource=True)
+
+    def body(i):
+      with tf.control_dependencies([cnt.assign_add(1)]):
+        upd = ema.assign(0.5 * ema + 0.5 * xp[i])
+      with tf.control_dependencies([upd]):
+        return ema.read_value() * tf.cast(cnt.read_value(), tf.float32)
+
+    out = vectorize.pfor(body, 4)
+    with v1.Session(graph=g) as sess:
+      sess.run(v1.global_variables_initializer())
+      got = sess.run(out, {xp: x})
+      got_ema, got_cnt = sess.run([ema, cnt])
+  e, want = np.zeros(2, np.float32), []
+  for k in range(4):
+    e = 0.5 * e + 0.5 * x[k]
+    want.append(e * (k + 1))
+  np.testing.assert_allclose(got, np.stack(want), rtol=1e-6)
+  np.testing.assert_allclose(got_ema, e, rtol=1e-6)
+  assert got_cnt == 4
+
+
+def _v1_while_ta(row, length):
+  ta = tf.TensorArray(tf.float32, size=length, element_shape=[])
+  def step(k, ta, acc):
+    acc = tf.maximum(acc, row[k])
+    return k + 1, ta.write(k, acc), acc
+  _, ta, last = v1.while_loop(lambda k, *_: k < length, step,
+                              [tf.constant(0), ta, tf.constant(-1e9)])
+  return tf.reduce_sum(ta.stack()), last
+
+
+def test_session_v1_while_loop_tensorarray_running_max():
+  x = np.round(RS.randn(5, 6), 2).astype(np.float32)
+  lens = np.array([3, 6, 1, 0, 4], np.int32)
+  want = _eager_loop(_v1_while_ta, x, lens)
+  got = _session_pfor(_v1_while_ta, [x, lens], [tf.float32, tf.int32])
+  assert_same(got, want)
