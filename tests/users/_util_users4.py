@@ -113,3 +113,35 @@ def check_modes(body, n, modes=("eager", "function", "runtime_n"), **tol):
     except AssertionError as e:
       raise AssertionError(f"mode {mode}: {e}") from e
   return want
+
+
+def check_stateful(body, n, variables, modes=("eager", "function", "runtime_n"), **tol):
+  init = [v.numpy() for v in variables]
+
+  def reset():
+    for v, x in zip(variables, init):
+      v.assign(x)
+
+  reset()
+  want = loop(body, n)
+  want_state = [v.numpy() for v in variables]
+  for mode in modes:
+    reset()
+    if mode == "eager":
+      got = vectorize.pfor(body, n)
+    elif mode == "function":
+      got = tf.function(lambda: vectorize.pfor(body, n))()
+    elif mode == "runtime_n":
+      got = tf.function(lambda k: vectorize.pfor(body, k),
+                        input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
+    elif mode == "xla":
+      got = tf.function(lambda: vectorize.pfor(body, n), jit_compile=True)()
+    try:
+      if n:
+        assert_same(got, want, **tol)
+      for v, s in zip(variables, want_state):
+        np.testing.assert_allclose(v.numpy(), s, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"variable {getattr(v, 'path', v.name)} after pfor")
+    except AssertionError as e:
+      raise AssertionError(f"mode {mode}: {e}") from e
+  reset()

@@ -8,39 +8,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
-from ._util_users4 import _no_checked_env, loop, assert_same, to_np  # noqa: F401
-
-
-def _check_stateful(body, n, variables, modes=("eager", "function", "runtime_n"), **tol):
-  init = [v.numpy() for v in variables]
-
-  def reset():
-    for v, x in zip(variables, init):
-      v.assign(x)
-
-  reset()
-  want = loop(body, n)
-  want_state = [v.numpy() for v in variables]
-  for mode in modes:
-    reset()
-    if mode == "eager":
-      got = vectorize.pfor(body, n)
-    elif mode == "function":
-      got = tf.function(lambda: vectorize.pfor(body, n))()
-    elif mode == "runtime_n":
-      got = tf.function(lambda k: vectorize.pfor(body, k),
-                        input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
-    elif mode == "xla":
-      got = tf.function(lambda: vectorize.pfor(body, n), jit_compile=True)()
-    try:
-      if n:
-        assert_same(got, want, **tol)
-      for v, s in zip(variables, want_state):
-        np.testing.assert_allclose(v.numpy(), s, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"variable {v.name} after pfor")
-    except AssertionError as e:
-      raise AssertionError(f"mode {mode}: {e}") from e
-  reset()
+from ._util_users4 import _no_checked_env, loop, assert_same, check_stateful as _check_stateful  # noqa: F401
 
 
 def test_counter_read_before_and_after_assign_add():
