@@ -123,3 +123,67 @@ def test_keras_dense_body_under_xla_and_runtime_n():
   f = tf.function(lambda k: vectorize.pfor(body, k), input_signature=[tf.TensorSpec([], tf.int32)])
   assert_same(f(tf.constant(5)), want)
   assert tuple(f(tf.constant(0)).shape) == (0, 3)
+
+
+def test_dropout_seeded_runtime_n_and_xla():
+  drop = keras.layers.Dropout(0.25, seed=4)
+  x = tf.constant(RS.rand(5, 8).astype(np.float32))
+
+  def body(i):
+    return drop(x[i], training=True) * 2.0
+
+  check_stateful(body, 5, [drop.seed_generator.state], modes=("runtime_n",))
+  # XLA's stateless sampler draws other numbers than the CPU kernel: compare with the
+  # loop compiled by XLA too, and the seed state with the loop's.
+  st = drop.seed_generator.state
+  init = st.numpy()
+  want = tf.function(lambda: tf.stack([body(tf.constant(k)) for k in range(5)]),
+                     jit_compile=True)().numpy()
+  want_state = st.numpy()
+  st.assign(init)
+  got = tf.function(lambda: vectorize.pfor(body, 5), jit_compile=True)().numpy()
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(st.numpy(), want_state)
+
+
+def test_random_rotation_seeded_equals_loop():
+  rot = keras.layers.RandomRotation(0.2, fill_mode="constant", seed=2)
+  imgs = tf.constant(RS.rand(3, 6, 6, 1).astype(np.float32))
+
+  def body(i):
+    return rot(imgs[i], training=True)
+
+  check_stateful(body, 3, [rot.generator.state], modes=("eager",), rtol=1e-4, atol=1e-4)
+
+
+def test_seed_generator_keras_random_normal_in_body():
+  gen = keras.random.SeedGenerator(123)
+  mu = tf.constant([[0.0, 1.0], [10.0, 11.0], [-5.0, 5.0]])
+
+  def body(i):
+    return mu[i] + keras.random.normal([2], seed=gen), keras.random.randint([], 0, 100, seed=gen)
+
+  check_stateful(body, 3, [gen.state], modes=("eager", "function"), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_and_metric_together_checked():
+  drop = keras.layers.Dropout(0.5, seed=8)
+  m = keras.metrics.Mean()
+  x = tf.constant(RS.rand(4, 6).astype(np.float32))
+
+  def body(i):
+    h = drop(x[i], training=True)
+    m.update_state(tf.reduce_sum(h))
+    return h, m.result()
+
+  st = [drop.seed_generator.state] + list(m.variables)
+  init = [v.numpy() for v in st]
+  want = loop(body, 4)
+  want_state = [v.numpy() for v in st]
+  for v, a in zip(st, init):
+    v.assign(a)
+  with vectorize.checked(sample=None):
+    got = vectorize.pfor(body, 4)
+  assert_same(got, want, rtol=1e-5)
+  for v, a in zip(st, want_state):
+    np.testing.assert_allclose(v.numpy(), a, rtol=1e-5)
