@@ -74,7 +74,8 @@ def _cmp(g, w, rtol, atol):
     w = w.rows if isinstance(w, Rows) else list(w)
     assert len(g) == len(w), (len(g), len(w))
     for a, b in zip(g, w):
-      _cmp(np.asarray(a), np.asarray(b), rtol, atol)
+      _cmp(a if isinstance(a, Rows) else np.asarray(a),
+           b if isinstance(b, Rows) else np.asarray(b), rtol, atol)
     return
   g = np.asarray(g)
   w = np.asarray(w)
