@@ -238,3 +238,87 @@ def test_pfor_in_pfor_checked_mode():
   with vectorize.checked(sample=2):
     got = vectorize.pfor(body, 4)
   assert_same(got, want)
+
+
+L = tf.constant([2, 5, 0, 3])
+X45 = tf.constant(np.random.RandomState(0).randn(4, 5).astype(np.float32))
+
+
+def test_inner_n_from_outer_lengths():  # inner n stacked in outer
+  body = lambda i: vectorize.pfor(lambda j: X45[i, j] * 2., L[i])
+  want = loop(lambda i: X45[i, :L[i]] * 2., 4)
+  assert_same(vectorize.pfor(body, 4), want)
+
+def test_inner_pfor_inside_outer_while_loop():  # inner pfor inside while loop body of outer
+  def body(i):
+    def step(k, acc):
+      return k + 1, acc + vectorize.pfor(lambda j: X45[i, j] * tf.cast(k, tf.float32), 5)
+    return tf.while_loop(lambda k, a: k < i + 1, step, (0, tf.zeros([5])))[1]
+  def ref(i):
+    acc = tf.zeros([5])
+    for k in range(int(i) + 1): acc += X45[i] * float(k)
+    return acc
+  assert_same(vectorize.pfor(body, 4), loop(ref, 4))
+
+def test_inner_pfor_inside_outer_cond_branch():  # inner pfor in cond branch of outer
+  def body(i):
+    return tf.cond(i % 2 == 0, lambda: vectorize.pfor(lambda j: X45[i, j] + 1., 5), lambda: -X45[i])
+  def ref(i): return X45[i] + 1. if int(i) % 2 == 0 else -X45[i]
+  assert_same(vectorize.pfor(body, 4), loop(ref, 4))
+
+def test_second_order_through_nested_pfor():  # second-order: grad of outer pfor of per-example grads via inner pfor
+  w = tf.Variable(np.random.RandomState(5).randn(5).astype(np.float32))
+  def body(i):
+    with tf.GradientTape() as t:
+      per = vectorize.pfor(lambda j: tf.sin(X45[i, j] * w[j]), 5)
+      l = tf.reduce_sum(per * per)
+    return t.gradient(l, w)
+  with tf.GradientTape() as t2:
+    g = vectorize.pfor(body, 4); s = tf.reduce_sum(g ** 2)
+  gg = t2.gradient(s, w)
+  with tf.GradientTape() as t2:
+    gs = []
+    for i in range(4):
+      with tf.GradientTape() as t:
+        l = tf.reduce_sum(tf.sin(X45[i] * w) ** 2)
+      gs.append(t.gradient(l, w))
+    s2 = tf.reduce_sum(tf.stack(gs) ** 2)
+  gg2 = t2.gradient(s2, w)
+  np.testing.assert_allclose(g.numpy(), tf.stack(gs).numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(tf.convert_to_tensor(gg).numpy(), tf.convert_to_tensor(gg2).numpy(), rtol=1e-4, atol=1e-5)
+
+def test_tf1_session_nested_pfor_runtime_n_both_levels():  # nested pfor in TF1 session with placeholders, runtime n both levels
+  x = RS.randn(3, 4).astype(np.float32)
+  with tf.Graph().as_default():
+    xp = tf.compat.v1.placeholder(tf.float32, [None, None])
+    out = vectorize.pfor(lambda i: vectorize.pfor(lambda j: tf.reduce_max(xp[i, :j + 1]), tf.shape(xp)[1]), tf.shape(xp)[0])
+    with tf.compat.v1.Session() as s: got = s.run(out, {xp: x})
+  np.testing.assert_allclose(got, np.maximum.accumulate(x, axis=1))
+
+def test_nested_ragged_ranges():  # inner pfor of per-outer-iteration ragged
+  body = lambda i: vectorize.pfor(lambda j: tf.range(j + i), 3)
+  got = vectorize.pfor(body, 3)
+  for i in range(3):
+    for j in range(3):
+      np.testing.assert_array_equal(got[i][j].numpy(), np.arange(i + j))
+
+def test_nested_pfor_sliced_assign_then_outer_read():  # nested pfor with variable scatter inner + outer read
+  mem = tf.Variable(tf.zeros([3, 4]))
+  def body(i):
+    vectorize.pfor(lambda j: mem[i % 3, j].assign(mem[i % 3, j] + tf.cast(i * 4 + j, tf.float32)), 4)
+    return mem[i % 3]
+  def ref(i):
+    for j in range(4): mem[int(i) % 3, j].assign(mem[int(i) % 3, j] + float(int(i) * 4 + j))
+    return mem[int(i) % 3]
+  mem.assign(tf.zeros([3, 4])); want = loop(ref, 5); wm = mem.numpy()
+  mem.assign(tf.zeros([3, 4])); got = vectorize.pfor(body, 5)
+  assert_same(got, want); np.testing.assert_allclose(mem.numpy(), wm)
+
+def test_nested_pfor_n_zero_either_level():  # n=0 outer with inner
+  body = lambda i: vectorize.pfor(lambda j: X45[i, j] * 2., 5)
+  f = tf.function(lambda k: vectorize.pfor(body, k), input_signature=[tf.TensorSpec([], tf.int32)])
+  assert tuple(f(tf.constant(0)).shape) == (0, 5), f(tf.constant(0)).shape
+  g = tf.function(lambda k: vectorize.pfor(lambda i: vectorize.pfor(lambda j: X45[i, j] * 2., k), 4), input_signature=[tf.TensorSpec([], tf.int32)])
+  r = g(tf.constant(0)); assert tuple(r.shape) == (4, 0), r.shape
+  np.testing.assert_allclose(g(tf.constant(3)).numpy(), X45[:, :3].numpy() * 2)
+

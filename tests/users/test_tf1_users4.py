@@ -246,3 +246,44 @@ def test_session_v1_while_loop_tensorarray_running_max():
   want = _eager_loop(_v1_while_ta, x, lens)
   got = _session_pfor(_v1_while_ta, [x, lens], [tf.float32, tf.int32])
   assert_same(got, want)
+
+
+_IM = RS.rand(4, 6, 5, 3).astype(np.float32)
+_P = np.array([0.2, -0.4, 0.0, 0.9], np.float32)
+_K = np.array([0, 1, 2, 3], np.int32)
+
+
+def _image_programs(imgs, p, k):
+  return {
+      "brightness_contrast_gamma": lambda i: tf.image.adjust_gamma(tf.image.adjust_contrast(
+          tf.image.adjust_brightness(imgs[i], p[i]), p[i] + 1.0), tf.abs(p[i]) + 0.5),
+      "standardize": lambda i: tf.image.per_image_standardization(imgs[i]),
+      "rot90_by_k": lambda i: tf.image.rot90(imgs[i][:5, :5], k[i]),
+      "gray_yiq": lambda i: (tf.image.grayscale_to_rgb(tf.image.rgb_to_grayscale(imgs[i])),
+                             tf.image.yiq_to_rgb(tf.image.rgb_to_yiq(imgs[i]) * p[i])),
+      "crop_resize": lambda i: tf.image.resize(tf.image.crop_to_bounding_box(
+          imgs[i], k[i] % 2, 1, 3, 3), [4, 4]),
+      "flip_in_cond": lambda i: tf.cond(p[i] > 0, lambda: tf.image.flip_left_right(imgs[i]),
+                                        lambda: tf.image.flip_up_down(imgs[i])),
+      "psnr_tv_sobel": lambda i: (tf.image.psnr(imgs[i], imgs[(i + 1) % 4], 1.0),
+                                  tf.image.total_variation(imgs[i]),
+                                  tf.image.sobel_edges(imgs[i][None])[0]),
+      "hsv_comparisons": lambda i: (
+          tf.reduce_sum(tf.cast(tf.equal(imgs[i], tf.reduce_max(imgs[i])), tf.int32)),
+          tf.reduce_all(tf.image.rgb_to_hsv(imgs[i])[..., 0] >= 0.0),
+          tf.image.convert_image_dtype(tf.clip_by_value(imgs[i] + p[i], 0, 1), tf.uint8,
+                                       saturate=True)),
+  }
+
+
+@pytest.mark.parametrize("name", sorted(_image_programs(None, None, None)))
+def test_session_image_program(name):
+  eager = _image_programs(tf.constant(_IM), tf.constant(_P), tf.constant(_K))[name]
+  want = loop(eager, 4)
+  with tf.Graph().as_default() as g:
+    ph = [v1.placeholder(tf.float32, [None, 6, 5, 3]), v1.placeholder(tf.float32, [None]),
+          v1.placeholder(tf.int32, [None])]
+    out = vectorize.pfor(_image_programs(*ph)[name], tf.shape(ph[0])[0])
+    with v1.Session(graph=g) as sess:
+      got = sess.run(out, dict(zip(ph, [_IM, _P, _K])))
+  assert_same(got, want, rtol=1e-4, atol=1e-5)
