@@ -195,3 +195,151 @@ def test_tf_function_body_with_variable_update():
     return v.read_value() * 2.0
 
   check_stateful(body, 4, [v], modes=("eager", "function"))
+
+
+import os
+RS = np.random.RandomState(0)
+X = tf.constant(RS.randn(4, 3).astype(np.float32))
+
+
+def test_pfor_config_batch_mean_feeds_running_average():  # pfor_config batch stats feeding a running average
+  running = tf.Variable(tf.zeros([3]))
+  def body(i, pfor_config):
+    m = pfor_config.reduce_mean(X[i])
+    running.assign(0.9 * running + 0.1 * m)
+    return X[i] - m, running.read_value()
+  m = tf.reduce_mean(X, 0)
+  want_r, r = [], np.zeros(3, np.float32)
+  for i in range(4):
+    r = 0.9 * r + 0.1 * m.numpy(); want_r.append(r)
+  got = vectorize.pfor(body, 4)
+  np.testing.assert_allclose(got[0].numpy(), (X - m).numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got[1].numpy(), np.stack(want_r), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(running.numpy(), r, rtol=1e-5, atol=1e-6)
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: v = tf.Variable(0.); body(i) runs tf.while_loop of 3 steps whose step "
+    "does v.assign_add(float(i + k)) and writes v.read_value() into a TensorArray; pfor "
+    "(eager and tf.function) runs the steps of all iterations in lockstep, so the reads "
+    "come in step order: [[0,7,18],[1,9,21],[3,12,25],[6,16,30]] where the loop gives "
+    "[[0,1,3],[4,6,9],[11,14,18],[21,25,30]] (final v = 30 in both); no warning, no error "
+    "(vectorize.checked() does catch it)"))
+def test_tensorarray_of_variable_reads_while_assign_add_in_loop():  # TensorArray of variable values while assign_add in the loop
+  v = tf.Variable(0.)
+  def body(i):
+    ta = tf.TensorArray(tf.float32, size=3)
+    def step(k, ta):
+      v.assign_add(tf.cast(i + k, tf.float32))
+      return k + 1, ta.write(k, v.read_value())
+    return tf.while_loop(lambda k, ta: k < 3, step, (0, ta))[1].stack()
+  check_stateful(body, 4, [v], modes=("eager", "function"))
+
+def test_static_hash_table_lookup_string_keys():  # static hash table lookup (read-only resource)
+  table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(tf.constant(["cat", "dog", "emu"]), tf.constant([1, 2, 3], tf.int64)), -1)
+  words = tf.constant([["cat", "x"], ["emu", "dog"], ["dog", "dog"], ["", "cat"]])
+  body = lambda i: (table.lookup(words[i]), tf.reduce_sum(table.lookup(words[i])))
+  want = loop(body, 4)
+  assert_same(vectorize.pfor(body, 4), want)
+  assert_same(tf.function(lambda: vectorize.pfor(body, 4))(), want)
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: t = MutableHashTable(int64->float32, default -1); body(i) does "
+    "before = t.lookup(keys[i]); t.insert(keys[i][None], [i + 0.5]) with keys [3, 1, 3, 2]; "
+    "pfor runs the insert in a per-op sequential fallback (warning says only 'slow') but the "
+    "lookups all before it, so before = [-1, -1, -1, -1] where the loop gives "
+    "[-1, -1, 0.5, -1]; vectorize.checked() catches it"))
+def test_mutable_hash_table_insert_then_lookup():  # mutable hash table insert + lookup in body
+  t = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, -1.)
+  keys = tf.constant([3, 1, 3, 2], tf.int64)
+  def body(i):
+    before = t.lookup(keys[i])
+    t.insert(keys[i][None], tf.cast(i, tf.float32)[None] + 0.5)
+    return before, t.size()
+  want = loop(body, 4)
+  t.remove(tf.constant([1, 2, 3], tf.int64))
+  got = vectorize.pfor(body, 4)
+  assert_same(got, want)
+
+def test_tf_print_lines_match_loop_order():  # tf.print ordering to a file
+  path = "/tmp/u4_print_%d.txt" % os.getpid()
+  if os.path.exists(path): os.remove(path)
+  body = lambda i: (tf.print("it", i, X[i, 0] > 0, output_stream="file://" + path), X[i] * 2)[1]
+  for i in range(4): body(tf.constant(i))
+  want = open(path).read(); os.remove(path)
+  vectorize.pfor(body, 4)
+  got = open(path).read(); os.remove(path)
+  assert got == want, (got, want)
+
+def test_failing_assertion_in_one_iteration_raises():  # assertion in body that fails in one iteration
+  x = tf.constant([1., 2., 30., 4.])
+  body = lambda i: (tf.debugging.assert_less(x[i], 10., message="too big"), x[i] * 2)[1]
+  try:
+    vectorize.pfor(body, 4); raise AssertionError("no error")
+  except tf.errors.InvalidArgumentError as e:
+    assert "too big" in str(e), str(e)[:300]
+  ok = lambda i: (tf.debugging.assert_less(x[i], 100., message="too big"), x[i] * 2)[1]
+  np.testing.assert_allclose(vectorize.pfor(ok, 4).numpy(), x.numpy() * 2)
+
+def test_check_numerics_in_one_iteration_raises():  # check_numerics on one bad iteration
+  x = tf.constant([1., 0., 4.])
+  body = lambda i: tf.debugging.check_numerics(1. / x[i], "bad value")
+  try:
+    vectorize.pfor(body, 3); raise AssertionError("no error")
+  except tf.errors.InvalidArgumentError as e:
+    assert "bad value" in str(e), str(e)[:300]
+
+def test_assertion_in_untaken_cond_branch_does_not_fire():  # assert in a cond branch not taken must not fire
+  x = tf.constant([1., -2., 3.])
+  body = lambda i: tf.cond(x[i] > 0, lambda: tf.sqrt(x[i]), lambda: (tf.debugging.assert_positive(x[i] + 5.), -x[i])[1])
+  assert_same(vectorize.pfor(body, 3), loop(body, 3))
+  body2 = lambda i: tf.cond(x[i] > 0, lambda: tf.sqrt(x[i]), lambda: (tf.debugging.assert_positive(x[i] * 0 + 1.), -x[i])[1])
+  assert_same(vectorize.pfor(body2, 3), loop(body2, 3))
+  body3 = lambda i: tf.cond(x[i] < 0, lambda: -x[i], lambda: (tf.debugging.assert_positive(x[i]), x[i])[1])
+  assert_same(vectorize.pfor(body3, 3), loop(body3, 3))
+
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: v = tf.Variable(0.); body(i) = tf.while_loop(k < 2: v.assign_add(1.); "
+    "acc += v.read_value())[acc]; vectorize.pfor(body, 2) gives [4., 6.] eagerly and in "
+    "tf.function, the loop gives [3., 7.] (final v = 4 in both)"))
+def test_read_after_assign_add_inside_while_loop_minimal():
+  v = tf.Variable(0.0)
+
+  def body(i):
+    def step(k, acc):
+      v.assign_add(1.0)
+      return k + 1, acc + v.read_value()
+    return tf.while_loop(lambda k, a: k < 2, step, (0, 0.0))[1]
+
+  check_stateful(body, 2, [v], modes=("eager", "function"))
+
+
+def test_read_after_assign_add_inside_while_loop_per_iteration_trips():
+  v = tf.Variable(0)
+
+  def body(i):
+    def step(k, acc):
+      v.assign_add(1)
+      return k + 1, acc + v.read_value()
+    return tf.while_loop(lambda k, a: k < i + 1, step, (0, 0))[1]
+
+  check_stateful(body, 3, [v], modes=("eager",))
+
+
+def test_checked_mode_catches_read_after_write_in_while():
+  v = tf.Variable(0.0)
+
+  def body(i):
+    def step(k, acc):
+      v.assign_add(1.0)
+      return k + 1, acc + v.read_value()
+    return tf.while_loop(lambda k, a: k < 2, step, (0, 0.0))[1]
+
+  with vectorize.checked(sample=None):
+    try:
+      got = vectorize.pfor(body, 2)
+    except vectorize.CheckError as e:
+      assert "While" in str(e)
+      return
+  np.testing.assert_allclose(got.numpy(), [3.0, 7.0])
