@@ -186,3 +186,36 @@ def test_dropout_and_metric_together_checked():
   assert_same(got, want, rtol=1e-5)
   for v, a in zip(st, want_state):
     np.testing.assert_allclose(v.numpy(), a, rtol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: gen = keras.random.SeedGenerator(7); body(i) = tf.while_loop of 3 steps "
+    "x += keras.random.normal([], seed=gen) from x = i; eager pfor over 3 gives "
+    "[-0.405, 0.374, 5.382], the loop [-0.388, 0.913, 4.825]: the seed state is advanced "
+    "in step order across iterations instead of iteration order (no warning)"))
+def test_seed_generator_random_walk_in_while_loop():
+  gen = keras.random.SeedGenerator(7)
+
+  def body(i):
+    def step(k, x):
+      return k + 1, x + keras.random.normal([], seed=gen)
+    return tf.while_loop(lambda k, x: k < 3, step, (0, tf.cast(i, tf.float32)))[1]
+
+  check_stateful(body, 3, [gen.state], modes=("eager",))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: drop = keras.layers.Dropout(0.5, seed=1); body(i) sums "
+    "drop(ones[6], training=True) over a 2-step tf.while_loop (MC-dropout samples); eager "
+    "pfor over 3 gives other masks than the loop (e.g. row 0 [4,0,4,0,0,0] vs loop "
+    "[2,0,2,0,0,0]): seeds taken in step order"))
+def test_mc_dropout_samples_in_while_loop():
+  drop = keras.layers.Dropout(0.5, seed=1)
+  x = tf.ones([3, 6])
+
+  def body(i):
+    def step(k, acc):
+      return k + 1, acc + drop(x[i], training=True)
+    return tf.while_loop(lambda k, a: k < 2, step, (0, tf.zeros([6])))[1]
+
+  check_stateful(body, 3, [drop.seed_generator.state], modes=("eager",))

@@ -343,3 +343,43 @@ def test_checked_mode_catches_read_after_write_in_while():
       assert "While" in str(e)
       return
   np.testing.assert_allclose(got.numpy(), [3.0, 7.0])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SILENT WRONG: c = tf.Variable(0); body(i) = tf.while_loop(cond: k < 3 and c < 5, "
+    "body: c.assign_add(1)) returning k; eager pfor over 3 gives [2, 2, 2], the loop "
+    "[3, 2, 0] (a shared step budget read in the loop condition)"))
+def test_budget_variable_read_in_while_condition():
+  c = tf.Variable(0)
+
+  def body(i):
+    def step(k):
+      c.assign_add(1)
+      return (k + 1,)
+    return tf.while_loop(lambda k: tf.logical_and(k < 3, c < 5), step, (0,))[0]
+
+  check_stateful(body, 3, [c], modes=("eager",))
+
+
+def test_own_row_memory_updated_and_read_in_while_loop():
+  mem = tf.Variable(tf.zeros([3, 2]))
+
+  def body(i):
+    def step(k, acc):
+      mem[i].assign(mem[i] + tf.cast(k + 1, tf.float32))
+      return k + 1, acc + tf.reduce_sum(mem[i])
+    return tf.while_loop(lambda k, a: k < 3, step, (0, 0.0))[1]
+
+  check_stateful(body, 3, [mem], modes=("eager",))
+
+
+def test_counter_in_cond_inside_while_read_in_loop():
+  c = tf.Variable(0)
+
+  def body(i):
+    def step(k, acc):
+      tf.cond(k % 2 == 0, lambda: c.assign_add(1).op, lambda: tf.no_op())
+      return k + 1, acc + c.read_value()
+    return tf.while_loop(lambda k, a: k < 3, step, (0, 0))[1]
+
+  check_stateful(body, 3, [c], modes=("eager",))
