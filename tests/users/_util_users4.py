@@ -116,7 +116,7 @@ def check_modes(body, n, modes=("eager", "function", "runtime_n"), **tol):
   return want
 
 
-def check_stateful(body, n, variables, modes=("eager", "function", "runtime_n"), **tol):
+def check_stateful(body, n, variables, modes=("eager", "runtime_n"), **tol):
   init = [v.numpy() for v in variables]
 
   def reset():
