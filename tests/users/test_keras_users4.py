@@ -188,11 +188,6 @@ def test_dropout_and_metric_together_checked():
     np.testing.assert_allclose(v.numpy(), a, rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: gen = keras.random.SeedGenerator(7); body(i) = tf.while_loop of 3 steps "
-    "x += keras.random.normal([], seed=gen) from x = i; eager pfor over 3 gives "
-    "[-0.405, 0.374, 5.382], the loop [-0.388, 0.913, 4.825]: the seed state is advanced "
-    "in step order across iterations instead of iteration order (no warning)"))
 def test_seed_generator_random_walk_in_while_loop():
   gen = keras.random.SeedGenerator(7)
 
@@ -204,11 +199,6 @@ def test_seed_generator_random_walk_in_while_loop():
   check_stateful(body, 3, [gen.state], modes=("eager",))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: drop = keras.layers.Dropout(0.5, seed=1); body(i) sums "
-    "drop(ones[6], training=True) over a 2-step tf.while_loop (MC-dropout samples); eager "
-    "pfor over 3 gives other masks than the loop (e.g. row 0 [4,0,4,0,0,0] vs loop "
-    "[2,0,2,0,0,0]): seeds taken in step order"))
 def test_mc_dropout_samples_in_while_loop():
   drop = keras.layers.Dropout(0.5, seed=1)
   x = tf.ones([3, 6])

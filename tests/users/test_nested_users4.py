@@ -170,8 +170,6 @@ def test_dynamic_tensorarray_in_inner_pfor_invariant_values():
   assert_same(vectorize.pfor(body, 4), want)
 
 
-@pytest.mark.xfail(strict=True, reason=_UNDER_XLA_REASON.format(
-    "a dense [4, 3, 4] of the stacked arrays (trip count 4 in every iteration)"))
 def test_dynamic_tensorarray_in_inner_pfor_shared_trip_count():
   def body(i):
     return vectorize.pfor(lambda j: _ta_trip_body(X[i] * tf.cast(j + 1, tf.float32), 4), 3)

@@ -217,13 +217,6 @@ def test_pfor_config_batch_mean_feeds_running_average():  # pfor_config batch st
   np.testing.assert_allclose(got[1].numpy(), np.stack(want_r), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(running.numpy(), r, rtol=1e-5, atol=1e-6)
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: v = tf.Variable(0.); body(i) runs tf.while_loop of 3 steps whose step "
-    "does v.assign_add(float(i + k)) and writes v.read_value() into a TensorArray; pfor "
-    "(eager and tf.function) runs the steps of all iterations in lockstep, so the reads "
-    "come in step order: [[0,7,18],[1,9,21],[3,12,25],[6,16,30]] where the loop gives "
-    "[[0,1,3],[4,6,9],[11,14,18],[21,25,30]] (final v = 30 in both); no warning, no error "
-    "(vectorize.checked() does catch it)"))
 def test_tensorarray_of_variable_reads_while_assign_add_in_loop():  # TensorArray of variable values while assign_add in the loop
   v = tf.Variable(0.)
   def body(i):
@@ -242,12 +235,6 @@ def test_static_hash_table_lookup_string_keys():  # static hash table lookup (re
   assert_same(vectorize.pfor(body, 4), want)
   assert_same(tf.function(lambda: vectorize.pfor(body, 4))(), want)
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: t = MutableHashTable(int64->float32, default -1); body(i) does "
-    "before = t.lookup(keys[i]); t.insert(keys[i][None], [i + 0.5]) with keys [3, 1, 3, 2]; "
-    "pfor runs the insert in a per-op sequential fallback (warning says only 'slow') but the "
-    "lookups all before it, so before = [-1, -1, -1, -1] where the loop gives "
-    "[-1, -1, 0.5, -1]; vectorize.checked() catches it"))
 def test_mutable_hash_table_insert_then_lookup():  # mutable hash table insert + lookup in body
   t = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, -1.)
   keys = tf.constant([3, 1, 3, 2], tf.int64)
@@ -299,10 +286,6 @@ def test_assertion_in_untaken_cond_branch_does_not_fire():  # assert in a cond b
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: v = tf.Variable(0.); body(i) = tf.while_loop(k < 2: v.assign_add(1.); "
-    "acc += v.read_value())[acc]; vectorize.pfor(body, 2) gives [4., 6.] eagerly and in "
-    "tf.function, the loop gives [3., 7.] (final v = 4 in both)"))
 def test_read_after_assign_add_inside_while_loop_minimal():
   v = tf.Variable(0.0)
 
@@ -345,10 +328,6 @@ def test_checked_mode_catches_read_after_write_in_while():
   np.testing.assert_allclose(got.numpy(), [3.0, 7.0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SILENT WRONG: c = tf.Variable(0); body(i) = tf.while_loop(cond: k < 3 and c < 5, "
-    "body: c.assign_add(1)) returning k; eager pfor over 3 gives [2, 2, 2], the loop "
-    "[3, 2, 0] (a shared step budget read in the loop condition)"))
 def test_budget_variable_read_in_while_condition():
   c = tf.Variable(0)
 
