@@ -65,6 +65,8 @@ def _differentiated_as_a_read(op, value):
   """`value` with the gradient of a read: 1 with respect to the variable and none through
   the updates' values (a tape does not differentiate through an assignment). Adds an exact
   zero, so the value keeps its bits."""
+  if not (value.dtype.is_floating or value.dtype.is_complex):   # no gradient to carry
+    return value
   current = op.rebuild([op.invariant(0)])[0]
   zero = current - tf.stop_gradient(current)
   if value.stacked:

@@ -240,12 +240,6 @@ def test_assign_per_iteration_value_last_write_wins():
   _check_stateful(body, 3, [last])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pfor of a body that reads a tf.Variable('start') (string), assigns it "
-    "tf.strings.join([names[i], '!']) and reads it again crashes in conversion with "
-    "TypeError: Value passed to parameter 'x' has DataType string not in list of allowed "
-    "values (converters/recurrences.py sequential_read), not naming the user's line; the "
-    "loop gives prev = [b'start', b'a!', b'bb!'], lengths [2, 3, 4]"))
 def test_string_variable_last_write_and_read():
   name = tf.Variable("start")
   names = tf.constant(["a", "bb", "ccc"])
@@ -411,11 +405,6 @@ def test_variable_program(name):
   _check_stateful(body, n, vs, modes=modes, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "t = tf.Variable('x'); pfor(lambda i: (t.assign(w[i]), t.read_value())[1], 3) with "
-    "w = ['a', 'b', 'c'] raises TypeError 'Value passed to parameter x has DataType string "
-    "not in list of allowed values' from converters/recurrences.py (no user line); the loop "
-    "gives [b'a', b'b', b'c'] and leaves t = b'c'"))
 def test_string_variable_assign_then_read_minimal():
   t = tf.Variable("x")
   w = tf.constant(["a", "b", "c"])
