@@ -53,7 +53,6 @@ from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.family import run_sequential
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
-from vectorize.whole_body_loop import StatefulRefusal
 
 _READ, _METADATA, _ASSIGN, _ADD, _CALL_READ, _OTHER = (
     "read", "metadata", "assign", "add", "call that only reads", "other")
@@ -122,12 +121,10 @@ def _ordered_accesses(op, i=0):
 
 
 def _refuse(op, reason):
-  if whole_body_loop.probing():
-    raise Unvectorizable(reason)
   scope = op.op.name.rpartition("/")[0]
   scope = scope[:-len("/Read")] if scope.endswith("/Read") else scope   # Variable.read_value
   layer = f" in layer (name scope) {scope!r}" if scope else ""
-  raise StatefulRefusal(
+  whole_body_loop.refuse_state(
       f"Cannot vectorize {op.type} {op.op.name!r}{layer}{walker.user_location(op.op)}: a "
       f"stateful op cannot be vectorized when {reason}; a sequential loop would give each "
       "iteration a different value. Read or update the variable outside the loop (return "
@@ -202,10 +199,12 @@ def _sequential_read(op, reason):
 
 def _check_write(op, value_stacked):
   """Refuses writes whose once-applied form differs from the sequential loop's effect.
-  Reads the state before the loop first, where later reads need it."""
+  Reads the state before the loop first, where later reads need it: returns that read, for
+  the write to wait on (a TF1 graph orders nothing by itself)."""
   kinds, position = _ordered_accesses(op)
+  before = []
   if _sees_the_state_before_the_loop(kinds, position):
-    recurrences.initial_state(op, kinds)
+    before = [recurrences.initial_state(op, kinds)]
   if _KINDS[op.type] != _ADD:
     _refuse_assign_in_a_region(op)
   for o, kind in kinds:
@@ -224,6 +223,7 @@ def _check_write(op, value_stacked):
       if kind == _READ:
         _refuse(op, f"it assigns a value that differs per iteration and {o.type} "
                 f"{o.name!r} reads it back, inside a branch or loop of the body")
+  return before
 
 
 def _when_any_iteration(op, write):
@@ -312,12 +312,13 @@ def _convert_variable_metadata(op):
 def _convert_assign_variable_op(op):
   """Writes the invariant value, or the last iteration's value, once (nothing when n = 0)."""
   value = op.value(1)
-  _check_write(op, value.stacked)
+  before = _check_write(op, value.stacked)
   resource = op.invariant(0)
 
   def write():
     last = tf.gather(value.tensor, op.ctx.n - 1) if value.stacked else value.tensor
-    return op.rebuild([resource, last])
+    with tf.control_dependencies(before):
+      return op.rebuild([resource, last])
 
   return _when_any_iteration(op, write)
 
@@ -327,10 +328,11 @@ def _convert_assign_add_variable_op(op):
   """Commutative: the per-iteration values summed over the loop axis (the live lanes'),
   applied once."""
   value = op.value(1)
-  _check_write(op, value.stacked)
+  before = _check_write(op, value.stacked)
   value = _live_only(op, value)
   total = tf.reduce_sum(value.tensor, axis=0) if value.stacked else _times_n(op, value.tensor)
-  return op.rebuild([op.invariant(0), total])
+  with tf.control_dependencies(before):
+    return op.rebuild([op.invariant(0), total])
 
 
 @register("ResourceScatterAdd", "ResourceScatterSub")
@@ -339,18 +341,21 @@ def _convert_resource_scatter_add(op):
   is one more index dim); invariant indices take the updates summed over the loop axis.
   Dead lanes of a masked region scatter zeros."""
   indices, updates = op.value(1), op.value(2)
-  _check_write(op, indices.stacked or updates.stacked)
+  before = _check_write(op, indices.stacked or updates.stacked)
   resource = op.invariant(0)
   updates = _live_only(op, updates)
   if not indices.stacked:
     total = (tf.reduce_sum(updates.tensor, axis=0) if updates.stacked
              else _times_n(op, updates.tensor))
-    return op.rebuild([resource, indices.tensor, total])
-  if updates.stacked and values.rank(updates.tensor) == 1:
-    raise Unvectorizable("scalar updates that differ per iteration need the variable's shape")
-  scattered = (values.stack(updates, op.ctx.n) if values.rank(updates.tensor) > 0
-               else updates.tensor)
-  return op.rebuild([resource, indices.tensor, scattered])
+    scattered = total
+  else:
+    if updates.stacked and values.rank(updates.tensor) == 1:
+      raise Unvectorizable("scalar updates that differ per iteration need the variable's "
+                           "shape")
+    scattered = (values.stack(updates, op.ctx.n) if values.rank(updates.tensor) > 0
+                 else updates.tensor)
+  with tf.control_dependencies(before):
+    return op.rebuild([resource, indices.tensor, scattered])
 
 
 # ----------------------------------------------------------------------------- assert, print

@@ -17,7 +17,7 @@ from vectorize import iteration_outputs
 from vectorize import options
 from vectorize import ragged
 from vectorize import trace as trace_module
-from vectorize.errors import ConversionError
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.values import stack
 
 VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
@@ -129,6 +129,14 @@ def probing():
   """Whether a conversion only probes which outputs are ragged (see `ragged_outputs`):
   stateful ops that would refuse fall back instead."""
   return _probing[0]
+
+
+def refuse_state(message):
+  """Raises StatefulRefusal: the whole body must run as a loop. While probing which outputs
+  are ragged, Unvectorizable instead: the op falls back there, and the probe goes on."""
+  if probing():
+    raise Unvectorizable(message)
+  raise StatefulRefusal(message)
 
 
 def ragged_outputs(convert):

@@ -166,7 +166,10 @@ def _refuse_state_read_and_written(op, cond_graph, body_graph):
   """A loop whose steps read a variable (or a table) they also change: vectorized, step k
   of every iteration runs before step k + 1 of any, so a read sees the other iterations'
   steps, where the sequential loop reads its own iteration's (a counter read after its
-  assign_add, a Keras seed generator drawing in the loop). The whole body runs as a loop."""
+  assign_add, a Keras seed generator drawing in the loop). The whole body runs as a loop.
+  (A probe of which outputs are ragged converts the loop anyway: its sizes are right.)"""
+  if whole_body_loop.probing():
+    return
   for k, t in enumerate(op.op.inputs):
     if t.dtype != tf.resource or k >= len(body_graph.inputs):
       continue
