@@ -245,10 +245,7 @@ def _refuse_if_it_shares_state(op, reason):
   for t in op.inputs:
     if t.dtype != tf.resource:
       continue
-    root = t
-    while root.op.type == "Identity":
-      root = root.op.inputs[0]
-    users = whole_body_loop.resource_users(root)
+    users = whole_body_loop.resource_users(t)
     if len(users) > 1 and whole_body_loop.reads_and_writes(users):
       raise whole_body_loop.StatefulRefusal(
           f"Cannot vectorize {op.type} {op.name!r}{user_location(op)}: {reason}; and other "

@@ -63,11 +63,14 @@ def called_graphs(o, attrs):
 
 def resource_users(resource):
   """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
-  functions of the calls, conditionals and loops that take it, at any depth."""
+  functions of the calls, conditionals and loops that take it, at any depth. `resource` may
+  be an Identity of the handle: its users start from the handle."""
+  while resource.op.type == "Identity":
+    resource = resource.op.inputs[0]
   users, frontier, seen = [], [resource], {resource.ref()}
   while frontier:
     for o in frontier.pop().consumers():
-      if o.graph is not resource.graph and o.type != "Identity":
+      if o.graph is not resource.graph:
         continue
       if o.type == "Identity":
         if o.outputs[0].ref() not in seen:
