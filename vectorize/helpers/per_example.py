@@ -56,7 +56,7 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
   Limits: layers that mix examples (batch normalization in training mode) see a batch of
   one; the Python in `loss_fn` runs at trace time only (use `tf.Variable`s for state).
   """
-  structure = _variable_structure(variables)
+  structure = variable_structure(variables)
   flat_vars = tf.nest.flatten(structure)
   if not flat_vars:
     raise ValueError("per_example_gradients got no variables to differentiate (a Keras "
@@ -78,7 +78,7 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
   return tf.nest.pack_sequence_as(structure, grads)
 
 
-def _variable_structure(variables):
+def variable_structure(variables):
   """The variables as a nested structure: an object's trainable variables, as a list."""
   if isinstance(variables, (list, tuple, dict)) or isinstance(variables, tf.Variable):
     return variables
@@ -88,7 +88,7 @@ def _variable_structure(variables):
   return variables
 
 
-def _watchable(variable):
+def watchable(variable):
   """What `tape.watch` accepts for `variable`: a Keras 3 variable wraps a `tf.Variable`."""
   if isinstance(variable, tf.Variable):
     return variable
@@ -96,15 +96,15 @@ def _watchable(variable):
   return inner if isinstance(inner, tf.Variable) else variable
 
 
-def _batch_size(flat_batch):
+def batch_size(flat_batch, who="per_example_gradients"):
   """The shared leading dimension of the batch tensors: an int, or a scalar tensor."""
   for t in flat_batch:
     if t.shape.rank == 0:
-      raise ValueError(f"per_example_gradients needs a leading batch axis on every batch "
+      raise ValueError(f"{who} needs a leading batch axis on every batch "
                        f"element; got the scalar {t.name}.")
   static = {dims.leading(t) for t in flat_batch} - {None}
   if len(static) > 1:
-    raise ValueError(f"per_example_gradients needs the same leading dimension in every "
+    raise ValueError(f"{who} needs the same leading dimension in every "
                      f"batch element; got {sorted(static)}.")
   if static:
     return static.pop()
@@ -113,12 +113,12 @@ def _batch_size(flat_batch):
 
 def _per_example_in_graph(loss_fn, flat_vars, batch, fallback, parallel_iterations):
   flat_batch = tf.nest.flatten(batch)
-  n = _batch_size(flat_batch)
+  n = batch_size(flat_batch)
 
   def example_gradients(i):
     example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
     with tf.GradientTape() as tape:
-      tape.watch([_watchable(v) for v in flat_vars])   # non-trainable ones too
+      tape.watch([watchable(v) for v in flat_vars])   # non-trainable ones too
       loss = loss_fn(*example)
     return tape.gradient(loss, flat_vars)   # None for a variable the loss does not use
 

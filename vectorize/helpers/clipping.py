@@ -1,0 +1,99 @@
+"""The clipped sum of per-example gradients, for differentially private training.
+
+`clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip=C)` is
+sum_i min(1, C / ||g_i||) g_i, where g_i is the gradient at example i of all the variables
+together (its norm over all of them). It equals building `per_example_gradients` and
+clipping them, without building them where the graph allows: the body returns, for each
+variable, what `factored.decompose` reads from the op that computed its gradient (the
+factors of a dense layer's or an embedding's weight gradient, else the gradient itself),
+and pfor keeps only the forward and backward ops those need. The norms and the clipped sum
+come from the stacked factors (see factored.py).
+"""
+
+import tensorflow as tf
+
+from vectorize import api
+from vectorize import cache
+from vectorize.helpers import factored
+from vectorize.helpers import per_example
+
+
+def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=False,
+                         fallback_to_while_loop=True):
+  """sum_i min(1, l2_norm_clip / ||g_i||) g_i over the examples of `batch`.
+
+  Args:
+    loss_fn: `loss_fn(*example)` returns the scalar loss of ONE example (as in
+      `per_example_gradients`: a model that expects a batch axis is called on `x[None]`).
+    variables: a `tf.Variable`, a nested structure of them, or an object with
+      `trainable_variables` (a `tf.Module`, a built Keras model or layer).
+    *batch: tensors (or nested structures of tensors) sharing their leading dimension b.
+    l2_norm_clip: C > 0, a Python number or scalar tensor: each example's gradient (over all
+      variables together) is scaled to norm at most C before the sum.
+    return_norms: also return the `[b]` norms ||g_i|| before clipping.
+    fallback_to_while_loop: as in `pfor`.
+
+  Returns:
+    The variables' structure (a list for a module or model) of clipped sums, each of its
+    variable's shape (None for a variable the loss does not depend on); with
+    `return_norms`, the pair (sums, norms).
+
+  Example (one DP-SGD step; noise and averaging are the caller's):
+    >>> sums = vectorize.clipped_gradient_sum(loss_fn, model, images, labels,
+    ...                                       l2_norm_clip=1.0)
+    >>> noised = [s + tf.random.normal(s.shape, stddev=1.0 * 1.1) for s in sums]
+    >>> optimizer.apply_gradients(zip([g / b for g in noised], model.trainable_variables))
+
+  Limits: as `per_example_gradients` (a layer that mixes examples sees a batch of one).
+  """
+  structure = per_example.variable_structure(variables)
+  flat_vars = tf.nest.flatten(structure)
+  if not flat_vars:
+    raise ValueError("clipped_gradient_sum got no variables to differentiate (a Keras model "
+                     "has none until it is built: call it once first).")
+  if not batch:
+    raise ValueError("clipped_gradient_sum needs at least one batch element.")
+  if isinstance(l2_norm_clip, (int, float)) and not l2_norm_clip > 0:
+    raise ValueError(f"clipped_gradient_sum needs l2_norm_clip > 0, got {l2_norm_clip}.")
+  batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+
+  def run(batch, clip):
+    sums, norms = _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip,
+                                        fallback_to_while_loop)
+    return sums, norms
+
+  if tf.executing_eagerly():
+    key = ("clipped_gradient_sum", cache.callable_key(loss_fn),
+           tuple(cache.Identity(v) for v in flat_vars), fallback_to_while_loop)
+    run = cache.cached(key, lambda: tf.function(run))
+    with cache.functions_traced():
+      sums, norms = run(batch, tf.cast(l2_norm_clip, tf.float64))   # the norms' dtype inside
+  else:
+    sums, norms = run(batch, l2_norm_clip)
+  sums = tf.nest.pack_sequence_as(structure, sums)
+  return (sums, norms) if return_norms else sums
+
+
+def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, fallback):
+  n = per_example.batch_size(tf.nest.flatten(batch), "clipped_gradient_sum")
+  terms = {}   # filled while pfor traces the body
+
+  def example_factors(i):
+    example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
+    with tf.GradientTape() as tape:
+      tape.watch([per_example.watchable(v) for v in flat_vars])
+      loss = loss_fn(*example)
+    grads = tape.gradient(loss, flat_vars)
+    terms["all"] = [factored.decompose(g, v.shape) for g, v in zip(grads, flat_vars)]
+    return [t.tensors if t is not None else None for t in terms["all"]]
+
+  stacked = api.pfor(example_factors, n, fallback_to_while_loop=fallback, warn=True)
+  present = [(t, s) for t, s in zip(terms["all"], stacked) if t is not None]
+  squared = [t.squared_norms(s) for t, s in present]
+  dtype = tf.float64 if any(q.dtype == tf.float64 for q in squared) else tf.float32
+  norms = tf.sqrt(tf.add_n([tf.cast(q, dtype) for q in squared])) if squared else \
+      tf.zeros([n], dtype)
+  clip = tf.cast(clip, dtype)
+  weights = clip / tf.maximum(norms, clip)   # min(1, C / norm), and 1 where the norm is 0
+  sums = iter(t.clipped_sum(s, weights) for t, s in present)
+  return [next(sums) if t is not None else None for t in terms["all"]], norms
