@@ -18,5 +18,13 @@ __all__ = [
     "CheckError", "ConversionError", "Explanation", "PForConfig", "Unvectorizable", "autobatch",
     "batch_jacobian", "checked", "clipped_gradient_sum", "batch_jacobian_fn", "data", "explain", "hessian", "jacobian", "jacobian_fn",
     "last_report", "map_fn", "per_example_gradients", "pfor", "registered_op_types",
-    "static_shapes", "vectorized_map",
+    "static_shapes", "vectorized_map", "PrivateModel",
 ]
+
+
+def __getattr__(name):
+  """`PrivateModel` imports Keras, which `import vectorize` does not need otherwise."""
+  if name == "PrivateModel":
+    from vectorize.helpers.private_model import PrivateModel  # pylint: disable=import-outside-toplevel
+    return PrivateModel
+  raise AttributeError(f"module 'vectorize' has no attribute {name!r}")

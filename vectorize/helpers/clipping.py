@@ -19,7 +19,7 @@ from vectorize.helpers import per_example
 
 
 def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=False,
-                         fallback_to_while_loop=True):
+                         has_aux=False, fallback_to_while_loop=True):
   """sum_i min(1, l2_norm_clip / ||g_i||) g_i over the examples of `batch`.
 
   Args:
@@ -31,12 +31,14 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
     l2_norm_clip: C > 0, a Python number or scalar tensor: each example's gradient (over all
       variables together) is scaled to norm at most C before the sum.
     return_norms: also return the `[b]` norms ||g_i|| before clipping.
+    has_aux: `loss_fn` returns (loss, aux), aux a nested structure of tensors (the
+      example's prediction, its loss); their stacks are returned too, from the same pass.
     fallback_to_while_loop: as in `pfor`.
 
   Returns:
     The variables' structure (a list for a module or model) of clipped sums, each of its
     variable's shape (None for a variable the loss does not depend on); with
-    `return_norms`, the pair (sums, norms).
+    `return_norms`, the pair (sums, norms); with `has_aux`, aux's stacks after them.
 
   Example (one DP-SGD step; noise and averaging are the caller's):
     >>> sums = vectorize.clipped_gradient_sum(loss_fn, model, images, labels,
@@ -58,23 +60,24 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
   batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
 
   def run(batch, clip):
-    sums, norms = _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip,
-                                        fallback_to_while_loop)
-    return sums, norms
+    return _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux,
+                                 fallback_to_while_loop)
 
   if tf.executing_eagerly():
     key = ("clipped_gradient_sum", cache.callable_key(loss_fn),
-           tuple(cache.Identity(v) for v in flat_vars), fallback_to_while_loop)
+           tuple(cache.Identity(v) for v in flat_vars), has_aux, fallback_to_while_loop)
     run = cache.cached(key, lambda: tf.function(run))
     with cache.functions_traced():
-      sums, norms = run(batch, tf.cast(l2_norm_clip, tf.float64))   # the norms' dtype inside
+      sums, norms, aux = run(batch, tf.cast(l2_norm_clip, tf.float64))   # the norms' dtype
   else:
-    sums, norms = run(batch, l2_norm_clip)
-  sums = tf.nest.pack_sequence_as(structure, sums)
-  return (sums, norms) if return_norms else sums
+    sums, norms, aux = run(batch, l2_norm_clip)
+  result = (tf.nest.pack_sequence_as(structure, sums),)
+  result += (norms,) if return_norms else ()
+  result += (aux,) if has_aux else ()
+  return result if len(result) > 1 else result[0]
 
 
-def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, fallback):
+def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux, fallback):
   n = per_example.batch_size(tf.nest.flatten(batch), "clipped_gradient_sum")
   terms = {}   # filled while pfor traces the body
 
@@ -82,12 +85,12 @@ def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, fallback):
     example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
     with tf.GradientTape() as tape:
       tape.watch([per_example.watchable(v) for v in flat_vars])
-      loss = loss_fn(*example)
+      loss, aux = loss_fn(*example) if has_aux else (loss_fn(*example), None)
     grads = tape.gradient(loss, flat_vars)
     terms["all"] = [factored.decompose(g, v.shape) for g, v in zip(grads, flat_vars)]
-    return [t.tensors if t is not None else None for t in terms["all"]]
+    return [t.tensors if t is not None else None for t in terms["all"]], aux
 
-  stacked = api.pfor(example_factors, n, fallback_to_while_loop=fallback, warn=True)
+  stacked, aux = api.pfor(example_factors, n, fallback_to_while_loop=fallback, warn=True)
   present = [(t, s) for t, s in zip(terms["all"], stacked) if t is not None]
   squared = [t.squared_norms(s) for t, s in present]
   dtype = tf.float64 if any(q.dtype == tf.float64 for q in squared) else tf.float32
@@ -96,4 +99,4 @@ def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, fallback):
   clip = tf.cast(clip, dtype)
   weights = clip / tf.maximum(norms, clip)   # min(1, C / norm), and 1 where the norm is 0
   sums = iter(t.clipped_sum(s, weights) for t, s in present)
-  return [next(sums) if t is not None else None for t in terms["all"]], norms
+  return [next(sums) if t is not None else None for t in terms["all"]], norms, aux
