@@ -12,7 +12,8 @@ setup(
     python_requires=">=3.9",
     install_requires=["tensorflow>=2.16", "numpy", "absl-py"],
     extras_require={
-        "test": ["pytest", "pytest-xdist"],
+        # dp-accounting: the README's private-training example computes its epsilon with it.
+        "test": ["pytest", "pytest-xdist", "dp-accounting"],
         # TFP (and the tf-keras it needs with TF 2.21) is what the recursion benchmarks compare with.
         "bench": ["matplotlib", "tensorflow-probability>=0.25", "tf-keras"],
     },
