@@ -68,13 +68,21 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
            tuple(cache.Identity(v) for v in flat_vars), has_aux, fallback_to_while_loop)
     run = cache.cached(key, lambda: tf.function(run))
     with cache.functions_traced():
-      sums, norms, aux = run(batch, tf.cast(l2_norm_clip, tf.float64))   # the norms' dtype
+      sums, norms, aux = run(batch, _as_float64(l2_norm_clip))
   else:
     sums, norms, aux = run(batch, l2_norm_clip)
   result = (tf.nest.pack_sequence_as(structure, sums),)
   result += (norms,) if return_norms else ()
   result += (aux,) if has_aux else ()
   return result if len(result) > 1 else result[0]
+
+
+def _as_float64(number_or_tensor):
+  """The clip bound as a float64 tensor (cast to the norms' dtype inside): `tf.cast` of a
+  Python float would round it to float32 first."""
+  if isinstance(number_or_tensor, (int, float)):
+    return tf.constant(number_or_tensor, tf.float64)
+  return tf.cast(number_or_tensor, tf.float64)
 
 
 def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux, fallback):

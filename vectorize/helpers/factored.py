@@ -25,6 +25,7 @@ import tensorflow as tf
 # Ops that pass a gradient through without changing its values or their order.
 _PASS_THROUGH = ("Identity", "Reshape")
 _REAL = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+_BATCH_MATMULS = ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 
 
 class Term:
@@ -116,6 +117,10 @@ def decompose(grad, shape):
       term = _contraction(op, shape)
       if term is not None:
         return term
+    if op.type == "Sum" and op.inputs[0].op.type in _BATCH_MATMULS:
+      term = _summed_batch_contraction(op, shape)
+      if term is not None:
+        return term
     if op.type == "UnsortedSegmentSum":
       term = _rows(op.inputs[0], op.inputs[1], shape)
       if term is not None:
@@ -132,6 +137,40 @@ def _contraction(op, shape):
   positions, width = left.shape[0], left.shape[1] * right.shape[1]
   gram = positions is None or positions * (left.shape[1] + right.shape[1]) <= width
   return Contraction(left, right, shape, gram)
+
+
+def _summed_batch_contraction(op, shape):
+  """Sum over every batch axis of a batch matmul (how an einsum's weight gradient comes,
+  e.g. a Keras EinsumDense's): the batch's products are one contraction over all their
+  positions, the batch axes laid end to end."""
+  product = op.inputs[0].op
+  a, b = product.inputs
+  rank = product.outputs[0].shape.rank
+  if rank is None or rank < 3 or not _sums_batch_axes(op, rank):
+    return None
+  if a.shape.rank != rank or b.shape.rank != rank or a.shape[:-2] != b.shape[:-2] or \
+      not a.shape[:-2].is_fully_defined():
+    return None   # a broadcast batch axis: not one product per position
+  left = a if product.get_attr("adj_x") else tf.linalg.matrix_transpose(a)
+  right = tf.linalg.matrix_transpose(b) if product.get_attr("adj_y") else b
+  if left.shape[-1] is None or right.shape[-1] is None:
+    return None
+  left = tf.reshape(left, [-1, left.shape[-1]])
+  right = tf.reshape(right, [-1, right.shape[-1]])
+  positions, width = left.shape[0], left.shape[1] * right.shape[1]
+  gram = positions is None or positions * (left.shape[1] + right.shape[1]) <= width
+  return Contraction(left, right, shape, gram)
+
+
+def _sums_batch_axes(op, rank):
+  """Whether the Sum `op` reduces exactly the batch axes (all but the last two) of its
+  rank-`rank` input: static axes saying so, or the axes a batch matmul's gradient takes from
+  `BroadcastGradientArgs` (batch axes only, by construction) leaving a matrix."""
+  axes = tf.get_static_value(op.inputs[1])
+  if axes is not None:
+    return sorted(int(k) % rank for k in np.ravel(axes)) == list(range(rank - 2))
+  return (op.inputs[1].op.type == "BroadcastGradientArgs" and
+          op.outputs[0].shape.rank == 2)
 
 
 def _rows(values, indices, shape):

@@ -259,3 +259,23 @@ def test_bad_arguments_are_named():
   with pytest.raises(ValueError, match="same leading dimension"):
     vectorize.clipped_gradient_sum(_classifier_loss(model), model, x, _labels()[:2],
                                    l2_norm_clip=1.0)
+
+
+def test_einsum_weight_is_factored_and_equals_the_loop():
+  """A Keras EinsumDense (as in MultiHeadAttention) gets its weight gradient as a sum over
+  the batch axes of a batch matmul: one contraction over all positions."""
+  b = 4
+  keras.utils.set_random_seed(6)
+  inputs = keras.Input((8, 16))
+  h = keras.layers.EinsumDense("abc,cde->abde", output_shape=(8, 4, 8))(inputs)
+  model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+  kernel = model.layers[1].kernel
+  x, y = _normal([b, 8, 16]), _labels()[:b]
+  loss_fn = _classifier_loss(model)
+  fn = tf.function(lambda x, y: vectorize.clipped_gradient_sum(
+      loss_fn, model, x, y, l2_norm_clip=0.5, return_norms=True,
+      fallback_to_while_loop=False))
+  sums, norms = fn(x, y)
+  _assert_matches(loss_fn, model.trainable_variables, (x, y), 0.5, sums, norms)
+  shapes = _all_shapes(fn.get_concrete_function(x, y).graph)
+  assert not [s for s in shapes if s[1] == (b,) + tuple(kernel.shape)], kernel.shape
