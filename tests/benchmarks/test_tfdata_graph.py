@@ -8,6 +8,7 @@ load 4.6): CPU per epoch hand-batched 96 ms, vectorize 138 ms, vectorize with th
 bare 125 ms. Fixed in per_row.map_rows (c374383): the row loop runs bare at a run-time n too.
 """
 
+import pytest
 import tensorflow as tf
 
 import vectorize
@@ -36,6 +37,7 @@ def _dataset_function_op_types(dataset):
   return {node.op for function in graph.library.function for node in function.node_def}
 
 
+@pytest.mark.unchecked   # counts the ops pfor emits (or the prints): the check adds its own
 def test_map_and_batch_function_holds_no_assert():
   """A batch's own size needs no run-time check, and an Assert gating the map function costs
   tf.data dearly: data_pipeline's hand-batched map with one such Assert added took 1.36x the

@@ -31,6 +31,7 @@ def test_sum_of_matmuls_equals_the_loop(transpose_a, transpose_b, mode):
   testing.check_against_loop(_sum_of_products(transpose_a, transpose_b), 4, mode=mode)
 
 
+@pytest.mark.unchecked   # counts the ops pfor emits (or the prints): the check adds its own
 def test_sum_of_matmuls_is_one_batch_matmul():
   body = _sum_of_products(True, False)
   graph = tf.function(lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False)
@@ -51,6 +52,7 @@ def test_sum_of_outer_products_equals_the_loop(mode):
   testing.check_against_loop(_sum_of_outer_products, 4, mode=mode)
 
 
+@pytest.mark.unchecked   # counts the ops pfor emits (or the prints): the check adds its own
 @pytest.mark.parametrize("jit_compile,products", [(False, 1), (True, 3)])
 def test_sum_of_outer_products_is_one_batch_matmul_unless_compiled(jit_compile, products):
   """Under XLA the products stay apart: XLA fuses their sum into one elementwise pass."""
@@ -118,6 +120,7 @@ def _ops_of(body, n):
           or op.type == "Pack"]
 
 
+@pytest.mark.unchecked   # counts the ops pfor emits (or the prints): the check adds its own
 def test_sum_of_slice_gradients_is_one_stack():
   every_step = _ops_of(_slice_gradient_body(lambda x, t: x[:, t], range(5), True), 4)
   assert "StridedSliceGrad" not in every_step
