@@ -1014,10 +1014,6 @@ def test_private_model_list_outputs_and_masked_sequence_loss():
   assert_weights_close([v.numpy() for v in tagger.trainable_variables], want, start)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PrivateModel's training metrics ignore the Keras mask: with Embedding(mask_zero=True) "
-    "the accuracy logged by fit counts padding tokens (6/9 here), while fit of the plain "
-    "model and PrivateModel.evaluate at the same weights count only real tokens (3/6)"))
 def test_private_model_masked_accuracy_metric_matches_evaluate():
   """A tagger with padded sentences: with lr=0 the weights do not move, so the accuracy fit
   logs must equal evaluate()'s (Keras weighs token metrics by the mask)."""
@@ -1040,11 +1036,6 @@ def test_private_model_masked_accuracy_metric_matches_evaluate():
   np.testing.assert_allclose(history.history["accuracy"][0], masked, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Under a 'mixed_float16' global policy compile() wraps the optimizer in a "
-    "LossScaleOptimizer (as Keras does for any model); PrivateModel never scales the loss, "
-    "but the optimizer still divides the gradients by the loss scale, so every update is "
-    "1/32768 of the DP-SGD update: training silently does almost nothing"))
 def test_private_model_mixed_precision_policy_step():
   """A mixed-precision user sets the global policy once at the top of the script, as the
   Keras guide says, and builds/compiles the PrivateModel under it: one noise-free step must
@@ -1066,10 +1057,6 @@ def test_private_model_mixed_precision_policy_step():
   assert_weights_close([v.numpy() for v in model.trainable_variables], want, start, rtol=1e-2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PrivateModel has no get_config: private.save('m.keras') (and ModelCheckpoint's default "
-    "full-model save at the end of an epoch) raises NotImplementedError asking the user to "
-    "implement get_config; only the inner model can be saved"))
 def test_private_model_save_and_reload(tmp_path):
   """A user checkpoints the wrapped model as any Keras model and reloads it for inference."""
   model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
@@ -1169,11 +1156,6 @@ def test_nested_variable_structure_and_explicit_non_trainable():
   np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "clipped_gradient_sum called eagerly does not autograph-convert loss_fn (README: pfor's "
-    "body is converted in eager mode, so a Python `if` on a tensor works, and pfor itself "
-    "does it here); the Python `if` raises TF's OperatorNotAllowedInGraphError from inside "
-    "vectorize. Workaround: pass tf.function(loss_fn)"))
 def test_python_if_on_example_data_eager():
   """A mixture-of-experts loss written for one example with a plain Python `if` on the
   example's routing flag, called eagerly as the README's pfor examples are."""
@@ -1245,10 +1227,6 @@ def test_per_example_stateless_augmentation():
   check_clipped(loss_fn, [w], (x, seeds, y), clip=0.2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A tf.RaggedTensor batch (sentences of different lengths, which vectorized_map accepts) "
-    "neither works nor is refused clearly: clipped_gradient_sum raises ValueError whose whole "
-    "message is \"TypeError: object of type 'RaggedTensor' has no len()\""))
 def test_ragged_token_batch():
   """A text DP user passes the token ids as a RaggedTensor (one row per sentence): the result
   must be the loop's, or an error that says ragged batches are not taken (pad them)."""

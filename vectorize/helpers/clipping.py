@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from vectorize import api
 from vectorize import cache
+from vectorize import trace
 from vectorize.helpers import factored
 from vectorize.helpers import per_example
 
@@ -57,18 +58,22 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
     raise ValueError("clipped_gradient_sum needs at least one batch element.")
   if isinstance(l2_norm_clip, (int, float)) and not l2_norm_clip > 0:
     raise ValueError(f"clipped_gradient_sum needs l2_norm_clip > 0, got {l2_norm_clip}.")
-  batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+  batch = per_example.dense_batch(batch, "clipped_gradient_sum")
 
   def run(batch, clip):
     return _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux,
                                  fallback_to_while_loop)
 
+  def run_eagerly(batch, clip):
+    with trace.autograph_enabled():   # as an eager pfor's body: a Python `if` on a tensor works
+      return run(batch, clip)
+
   if tf.executing_eagerly():
     key = ("clipped_gradient_sum", cache.callable_key(loss_fn),
            tuple(cache.Identity(v) for v in flat_vars), has_aux, fallback_to_while_loop)
-    run = cache.cached(key, lambda: tf.function(run))
+    graph_fn = cache.cached(key, lambda: tf.function(run_eagerly, autograph=False))
     with cache.functions_traced():
-      sums, norms, aux = run(batch, _as_float64(l2_norm_clip))
+      sums, norms, aux = graph_fn(batch, _as_float64(l2_norm_clip))
   else:
     sums, norms, aux = run(batch, l2_norm_clip)
   result = (tf.nest.pack_sequence_as(structure, sums),)
@@ -87,6 +92,7 @@ def _as_float64(number_or_tensor):
 
 def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux, fallback):
   n = per_example.batch_size(tf.nest.flatten(batch), "clipped_gradient_sum")
+  loss_fn = trace.autograph_like_caller(loss_fn)
   terms = {}   # filled while pfor traces the body
 
   def example_factors(i):

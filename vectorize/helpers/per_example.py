@@ -16,6 +16,7 @@ import tensorflow as tf
 from vectorize import api
 from vectorize import cache
 from vectorize import dims
+from vectorize import trace
 
 
 def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=True,
@@ -63,16 +64,19 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
                      "model has none until it is built: call it once first).")
   if not batch:
     raise ValueError("per_example_gradients needs at least one batch element.")
-  batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+  batch = dense_batch(batch)
   if not tf.executing_eagerly():
     return tf.nest.pack_sequence_as(structure, _per_example_in_graph(
         loss_fn, flat_vars, batch, fallback_to_while_loop, parallel_iterations))
   key = ("per_example_gradients", cache.callable_key(loss_fn),
          tuple(cache.Identity(v) for v in flat_vars),
          fallback_to_while_loop, parallel_iterations)
-  graph_fn = cache.cached(key, lambda: tf.function(
-      lambda batch: _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
-                                          parallel_iterations)))
+  def run_eagerly(batch):
+    with trace.autograph_enabled():   # as an eager pfor's body: a Python `if` on a tensor works
+      return _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
+                                   parallel_iterations)
+
+  graph_fn = cache.cached(key, lambda: tf.function(run_eagerly, autograph=False))
   with cache.functions_traced():
     grads = graph_fn(batch)
   return tf.nest.pack_sequence_as(structure, grads)
@@ -96,6 +100,19 @@ def watchable(variable):
   return inner if isinstance(inner, tf.Variable) else variable
 
 
+def dense_batch(batch, who="per_example_gradients"):
+  """The batch's leaves as tensors; a composite (ragged, sparse) is refused, naming the fix."""
+  def dense(t):
+    if isinstance(t, tf.__internal__.CompositeTensor):
+      raise TypeError(
+          f"{who} takes dense tensors as batch elements; got a {type(t).__name__}. Pad "
+          "it to a dense tensor (a RaggedTensor's `.to_tensor()`), pass each example's "
+          "length beside it, and slice the example in loss_fn (`x[:length]`): padding "
+          "rows that loss_fn never reads add nothing to the gradient.")
+    return tf.convert_to_tensor(t)
+  return tf.nest.map_structure(dense, batch)
+
+
 def batch_size(flat_batch, who="per_example_gradients"):
   """The shared leading dimension of the batch tensors: an int, or a scalar tensor."""
   for t in flat_batch:
@@ -114,6 +131,7 @@ def batch_size(flat_batch, who="per_example_gradients"):
 def _per_example_in_graph(loss_fn, flat_vars, batch, fallback, parallel_iterations):
   flat_batch = tf.nest.flatten(batch)
   n = batch_size(flat_batch)
+  loss_fn = trace.autograph_like_caller(loss_fn)
 
   def example_gradients(i):
     example = tf.nest.map_structure(lambda t: tf.gather(t, i), batch)
