@@ -370,12 +370,26 @@ def _channels_last_sizes(op, i):
   return sizes
 
 
+def _refuse_grouped(op, images, filter_shape):
+  """A grouped convolution (the images have a multiple of the filter's input channels) keeps
+  its groups only when folded: packing iterations into channels, or patches of all
+  channels, would mix the groups."""
+  channels_axis = 1 if op.attr("data_format").decode().startswith("NC") else -1
+  channels = images.shape[channels_axis] if images.shape.rank else None
+  filter_channels = filter_shape[-2] if filter_shape.rank else None
+  if channels is not None and filter_channels is not None and channels != filter_channels:
+    raise Unvectorizable(
+        f"{op.type} is a grouped convolution ({channels // filter_channels} groups): only "
+        "a filter the same in every iteration converts")
+
+
 @register_converter("Conv2D", "Conv3D", rejects_empty=True)
 def _convert_conv(op):
   """Invariant filter: fold. Invariant input: the filters packed into output channels, one
   convolution. Both stacked: patches."""
   if not op.is_stacked(1):
     return fold_into_batch(op, (0,))
+  _refuse_grouped(op, op.op.inputs[0], op.op.inputs[1].shape)
   _, window = _window(op)
   x, f = _channels_last_input(op, 0), op.value(1).tensor
   if op.is_stacked(0):
@@ -391,6 +405,7 @@ def _convert_conv_backprop_input(op):
   if not op.is_stacked(1):
     return (backprop.conv_input_gradient_as_conv(op) or
             fold_into_batch(op, (2,), sizes_input=0))
+  _refuse_grouped(op, op.op.outputs[0], op.op.inputs[1].shape)
   _, window = _window(op)
   sizes = _channels_last_sizes(op, 0)
   f, dy = op.value(1).tensor, _channels_last_input(op, 2)
@@ -406,6 +421,7 @@ def _convert_conv_backprop_input(op):
 def _conv_backprop_filter(op):
   """Only out_backprop stacked: packed into output channels; only the input stacked: packed
   into input channels (one op each). Both stacked (per-example gradients): patches."""
+  _refuse_grouped(op, op.op.inputs[0], op.op.outputs[0].shape)
   _, window = _window(op)
   sizes = size_list(op, 1)
   x, dy = _channels_last_input(op, 0), _channels_last_input(op, 2)

@@ -707,7 +707,8 @@ class Generator(RaggedPool, LatePool, PatternPool):
     r = self.rng.random()
     if r < 0.5:
       o = self.rng.choice([1, 2, 3])
-      f = self.operand(kernel + (c, o), FLOAT, fresh=0.8)
+      groups = 2 if c % 2 == 0 and o == 2 else 1   # grouped (as Keras groups=2), no new draw
+      f = self.operand(kernel + (c // groups, o), FLOAT, fresh=0.8)
       op = "tf.nn.conv1d" if spatial == 1 else "tf.nn.conv2d"
       return self.emit(f'{op}({{0}}[tf.newaxis], {{1}}, {stride}, "{pad}")[0]',
                        [a.name, f.name], out_dims() + (o,), FLOAT, "conv", False)

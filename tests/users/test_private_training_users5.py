@@ -1073,11 +1073,6 @@ def test_private_model_save_and_reload(tmp_path):
 
 # ------------------------------------------------------------- more clipped_gradient_sum
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Grouped convolution (Conv1D/Conv2D groups>1, or tf.nn.conv2d with in_channels a multiple "
-    "of the filter's): the Conv2DBackpropFilter converter with both inputs stacked builds a "
-    "wrong reshape ('Cannot reshape a tensor with 108 elements to shape [3,9,2]'), a "
-    "ValueError from inside vectorize; plain pfor of the tape gradient crashes the same way"))
 def test_grouped_conv2d_resnext_block():
   """A ResNeXt-style block: Conv2D(groups=2) then Dense; clipped sum against the loop."""
   model = keras.Sequential([keras.Input((5, 5, 4)), keras.layers.Conv2D(2, 3, groups=2),
