@@ -370,73 +370,98 @@ def _channels_last_sizes(op, i):
   return sizes
 
 
-def _refuse_grouped(op, images, filter_shape):
-  """A grouped convolution (the images have a multiple of the filter's input channels) keeps
-  its groups only when folded: packing iterations into channels, or patches of all
-  channels, would mix the groups."""
+def _groups(op, images, filter_shape):
+  """How many groups a convolution has: its images have that many times the filter's input
+  channels (Keras `Conv2D(groups=g)`); 1 where either is unknown."""
   channels_axis = 1 if op.attr("data_format").decode().startswith("NC") else -1
   channels = images.shape[channels_axis] if images.shape.rank else None
   filter_channels = filter_shape[-2] if filter_shape.rank else None
-  if channels is not None and filter_channels is not None and channels != filter_channels:
-    raise Unvectorizable(
-        f"{op.type} is a grouped convolution ({channels // filter_channels} groups): only "
-        "a filter the same in every iteration converts")
+  if channels is None or filter_channels is None or channels == filter_channels:
+    return 1
+  return channels // filter_channels
+
+
+def _in_groups(groups, convert, *channel_split):
+  """`convert` of each group's channels, concatenated on the last (channel) axis: a grouped
+  convolution is `groups` ungrouped ones, and packing iterations into the channels of one
+  would mix the groups. `channel_split` are the channels-last tensors to split."""
+  if groups == 1:
+    return convert(*channel_split)
+  pieces = [tf.split(t, groups, axis=-1) for t in channel_split]
+  return graph_io.concat([convert(*parts) for parts in zip(*pieces)], -1)
 
 
 @register_converter("Conv2D", "Conv3D", rejects_empty=True)
 def _convert_conv(op):
   """Invariant filter: fold. Invariant input: the filters packed into output channels, one
-  convolution. Both stacked: patches."""
+  convolution (per group). Both stacked: patches."""
   if not op.is_stacked(1):
     return fold_into_batch(op, (0,))
-  _refuse_grouped(op, op.op.inputs[0], op.op.inputs[1].shape)
   _, window = _window(op)
   x, f = _channels_last_input(op, 0), op.value(1).tensor
-  if op.is_stacked(0):
-    return _restore_layout(op, _conv_both_stacked(x, f, window))
-  y = op.rebuild([x, _pack(f, -1)], _window_attrs(op, window))[0]  # [b, *out, n*k]
-  return _restore_layout(op, _unpack(y, -1, loop_length(op.ctx), dynamic_shape(f)[-1]))
+
+  def convert(x, f):
+    if op.is_stacked(0):
+      return _conv_both_stacked(x, f, window)
+    y = op.rebuild([x, _pack(f, -1)], _window_attrs(op, window))[0]  # [b, *out, n*k]
+    return _unpack(y, -1, loop_length(op.ctx), dynamic_shape(f)[-1])
+
+  groups = _groups(op, op.op.inputs[0], op.op.inputs[1].shape)
+  return _restore_layout(op, _in_groups(groups, convert, x, f))
 
 
 @register_converter("Conv2DBackpropInput", "Conv3DBackpropInputV2", rejects_empty=True)
 def _convert_conv_backprop_input(op):
   """Invariant filter: fold. Invariant out_backprop: the filters packed into input channels,
-  one op. Both stacked: a forward convolution by patches."""
+  one op (per group). Both stacked: a forward convolution by patches."""
   if not op.is_stacked(1):
     return (backprop.conv_input_gradient_as_conv(op) or
             fold_into_batch(op, (2,), sizes_input=0))
-  _refuse_grouped(op, op.op.outputs[0], op.op.inputs[1].shape)
   _, window = _window(op)
   sizes = _channels_last_sizes(op, 0)
   f, dy = op.value(1).tensor, _channels_last_input(op, 2)
   n = loop_length(op.ctx)
-  if op.is_stacked(2):
-    return _restore_layout(op, _input_gradient_both_stacked(sizes, f, dy, window))
-  packed_sizes = shape_vector(sizes[:-1] + [n * sizes[-1]], op.op.inputs[0].dtype)
-  y = op.rebuild([packed_sizes, _pack(f, -2), dy], _window_attrs(op, window))[0]
-  return _restore_layout(op, _unpack(y, -1, n, sizes[-1]))
+  groups = _groups(op, op.op.outputs[0], op.op.inputs[1].shape)
+  if groups > 1:
+    sizes = sizes[:-1] + [sizes[-1] // groups]
+
+  def convert(f, dy):
+    if op.is_stacked(2):
+      return _input_gradient_both_stacked(sizes, f, dy, window)
+    packed_sizes = shape_vector(sizes[:-1] + [n * sizes[-1]], op.op.inputs[0].dtype)
+    y = op.rebuild([packed_sizes, _pack(f, -2), dy], _window_attrs(op, window))[0]
+    return _unpack(y, -1, n, sizes[-1])
+
+  return _restore_layout(op, _in_groups(groups, convert, f, dy))
 
 
 @register_converter("Conv2DBackpropFilter", "Conv3DBackpropFilterV2", rejects_empty=True)
 def _conv_backprop_filter(op):
   """Only out_backprop stacked: packed into output channels; only the input stacked: packed
-  into input channels (one op each). Both stacked (per-example gradients): patches."""
-  _refuse_grouped(op, op.op.inputs[0], op.op.outputs[0].shape)
+  into input channels (one op each, per group). Both stacked (per-example gradients):
+  patches."""
   _, window = _window(op)
   sizes = size_list(op, 1)
   x, dy = _channels_last_input(op, 0), _channels_last_input(op, 2)
   n = loop_length(op.ctx)
   dtype = op.op.inputs[1].dtype
   attrs = _window_attrs(op, window)
-  if op.is_stacked(0) and op.is_stacked(2):
-    return stacked(_filter_gradient_both_stacked(x, dy, sizes, window))
-  if op.is_stacked(2):
-    packed_sizes = shape_vector(sizes[:-1] + [n * sizes[-1]], dtype)
-    grad = op.rebuild([x, packed_sizes, _pack(dy, -1)], attrs)[0]
-    return stacked(_unpack(grad, -1, n, sizes[-1]))
-  packed_sizes = shape_vector(sizes[:-2] + [n * sizes[-2], sizes[-1]], dtype)
-  grad = op.rebuild([_pack(x, -1), packed_sizes, dy], attrs)[0]
-  return stacked(_unpack(grad, -2, n, sizes[-2]))
+  groups = _groups(op, op.op.inputs[0], op.op.outputs[0].shape)
+  if groups > 1:
+    sizes = sizes[:-1] + [sizes[-1] // groups]
+
+  def convert(x, dy):
+    if op.is_stacked(0) and op.is_stacked(2):
+      return _filter_gradient_both_stacked(x, dy, sizes, window)
+    if op.is_stacked(2):
+      packed_sizes = shape_vector(sizes[:-1] + [n * sizes[-1]], dtype)
+      grad = op.rebuild([x, packed_sizes, _pack(dy, -1)], attrs)[0]
+      return _unpack(grad, -1, n, sizes[-1])
+    packed_sizes = shape_vector(sizes[:-2] + [n * sizes[-2], sizes[-1]], dtype)
+    grad = op.rebuild([_pack(x, -1), packed_sizes, dy], attrs)[0]
+    return _unpack(grad, -2, n, sizes[-2])
+
+  return stacked(_in_groups(groups, convert, x, dy))
 
 
 @register_converter("DepthwiseConv2dNative", rejects_empty=True)

@@ -1,13 +1,13 @@
 """Grouped convolutions (images with a multiple of the filter's input channels, as Keras
-`Conv2D(groups=g)` makes): a filter the same in every iteration folds and keeps its groups;
-a per-iteration filter or filter gradient is refused (packing iterations into channels would
-mix the groups), so it falls back to the loop, and with the fallback off the error names it."""
+`Conv2D(groups=g)` makes), against the loop with the fallback off: a filter the same in every
+iteration folds and keeps its groups; a per-iteration filter, input gradient or filter
+gradient converts group by group (packing iterations into the channels of one convolution
+mixed the groups: wrong values, or a crash, before)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import vectorize
 from tests import testing
 
 RNG = np.random.default_rng(0)
@@ -41,16 +41,33 @@ def _per_example_gradient(i):
   return tape.gradient(loss, F)
 
 
-@pytest.mark.parametrize("mode", ["eager", "function"])
-def test_a_filter_the_same_in_every_iteration_converts(mode):
-  testing.assert_allclose(testing.run_pfor(_forward_invariant_filter, 3, mode=mode),
-                          testing.sequential(_forward_invariant_filter, 3), 1e-4)
+BODIES = [_forward_invariant_filter, _forward_stacked_filter, _input_gradient_stacked_filter,
+          _filter_gradient_both_stacked, _per_example_gradient]
 
 
-@pytest.mark.parametrize("body", [_forward_stacked_filter, _input_gradient_stacked_filter,
-                                  _filter_gradient_both_stacked, _per_example_gradient])
-def test_per_iteration_filters_fall_back_to_the_loop(body):
-  testing.assert_allclose(testing.run_pfor(body, 3, fallback=True),
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b.__name__.strip("_"))
+def test_grouped_convolutions_equal_the_loop(body, mode):
+  testing.assert_allclose(testing.run_pfor(body, 3, mode=mode, fallback=False),
                           testing.sequential(body, 3), 1e-4)
-  with pytest.raises(vectorize.ConversionError, match="grouped convolution"):
-    testing.run_pfor(body, 3, fallback=False)
+
+
+def test_an_input_gradient_of_an_invariant_output_gradient_converts_per_group():
+  def body(i):
+    return tf.compat.v1.nn.conv2d_backprop_input([1, 6, 6, 4], F[i], DY[0], [1, 1, 1, 1],
+                                                 "VALID")
+  testing.assert_allclose(testing.run_pfor(body, 3, fallback=False),
+                          testing.sequential(body, 3), 1e-4)
+
+
+def test_a_filter_gradient_with_one_side_per_iteration_converts_per_group():
+  def only_dy(i):
+    return tf.compat.v1.nn.conv2d_backprop_filter(X[0], [3, 3, 2, 6], DY[i], [1, 1, 1, 1],
+                                                  "VALID")
+
+  def only_x(i):
+    return tf.compat.v1.nn.conv2d_backprop_filter(X[i], [3, 3, 2, 6], DY[0], [1, 1, 1, 1],
+                                                  "VALID")
+  for body in (only_dy, only_x):
+    testing.assert_allclose(testing.run_pfor(body, 3, fallback=False),
+                            testing.sequential(body, 3), 1e-4)
