@@ -80,7 +80,29 @@ def wanted(body):
     logging.warning("%s: a body that writes a TF1 TensorArray is not checked (the loop "
                     "run beside pfor would write its elements a second time).", CHECK_MARK)
     return False
+  if _writes_unknown_resources(body.graph):
+    logging.warning("%s: a body that changes a resource it holds by its raw handle (not a "
+                    "tf.Variable it reads) is not checked (the loop run beside pfor would "
+                    "change it a second time).", CHECK_MARK)
+    return False
   return True
+
+
+def _writes_unknown_resources(graph):
+  """Whether an op of the body writes a variable or a generator's state through a captured
+  handle that is not one of the body's `tf.Variable`s (whose values the check can put back)."""
+  known = set()
+  for external, internal in graph.captures:
+    if any(external is v.handle for v in graph.variables):
+      known.add(internal.ref())
+  for op in graph.get_operations():
+    if whole_body_loop.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
+      handle = op.inputs[0]
+      while handle.op.type == "Identity":
+        handle = handle.op.inputs[0]
+      if handle.op.type == "Placeholder" and handle.ref() not in known:
+        return True
+  return False
 
 
 def _writes_tf1_arrays(graph):
@@ -100,7 +122,7 @@ def convert_checked(body, ctx):
     _check_outside_xla(body, ctx, sample)
     return body.convert(ctx)
   graph, n = body.graph, ctx.n
-  variables = list(graph.variables) if whole_body_loop.writes_variables(graph) else []
+  variables = list(graph.variables) if _changes_state(graph) else []
   before = [tf.identity(v.read_value()) for v in variables]
   probes, drawn_into = _probes(graph)
   emitting = tf.compat.v1.get_default_graph()
@@ -240,6 +262,20 @@ def _random_ops(graph, order):
     if written <= drawn_into:
       return random, drawn_into
     drawn_into |= written
+
+
+# Ops that advance a `tf.random.Generator`'s state variable: the loop beside pfor draws again.
+_RANDOM_STATE_WRITES = ("RngReadAndSkip", "RngSkip", "StatefulUniform", "StatefulUniformInt",
+                        "StatefulUniformFullInt", "StatefulStandardNormal",
+                        "StatefulStandardNormalV2", "StatefulTruncatedNormal",
+                        "StatefulRandomBinomial")
+
+
+def _changes_state(graph):
+  """Whether the body writes a variable, a generator's state included: its variables are
+  then read before pfor, put back for the loop, and left as the loop leaves them."""
+  return whole_body_loop.writes_variables(graph) or whole_body_loop.any_op(
+      graph, lambda op: op.type in _RANDOM_STATE_WRITES)
 
 
 def _written_with_random_values(graph, variables, drawn_into):

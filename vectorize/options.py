@@ -101,7 +101,7 @@ def static_shapes_wanted():
 def static_shapes_cause():
   """Where static shapes were asked for, for a refusal's message: ('under XLA', the way out)
   or ('under vectorize.static_shapes()', ...)."""
-  if compiled_by_xla():
+  if compiled_by_xla() or outside_xla_check():   # the checked mode checks XLA's conversion
     return "under XLA (jit_compile=True)", "run without jit_compile"
   return ("under vectorize.static_shapes() (a graph built for XLA)",
           "convert outside vectorize.static_shapes()")

@@ -187,3 +187,32 @@ def test_helpers_keep_static_shapes_in_their_cache_keys(make_call):
 
 
 W = tf.Variable(tf.ones([3]))
+
+
+def test_a_generator_drawing_in_the_body_is_left_as_the_loop_leaves_it():
+  """The loop run beside pfor draws again: the generator's state is put back first, as a
+  variable's is (it was advanced twice)."""
+  def state_after(run):
+    generator = tf.random.Generator.from_seed(5)
+    run(lambda i: generator.normal([3]))
+    return generator.state.numpy()
+  want = state_after(lambda body: [body(i) for i in range(8)])
+  with vectorize.checked():
+    got = state_after(lambda body: vectorize.pfor(body, 8))
+  np.testing.assert_array_equal(got, want)
+
+
+def test_a_generator_skipped_by_its_raw_handle_is_not_checked_and_skipped_once():
+  generator = tf.random.Generator.from_seed(4)
+
+  def body(i):
+    tf.raw_ops.RngSkip(resource=generator.state.handle, algorithm=generator.algorithm,
+                       delta=tf.cast(i, tf.int64) + 1)
+    return i
+  with vectorize.checked():
+    vectorize.pfor(body, 5)
+  got = generator.state.numpy()
+  generator.reset_from_seed(4)
+  for i in range(5):
+    body(tf.constant(i))
+  np.testing.assert_array_equal(got, generator.state.numpy())
