@@ -393,8 +393,9 @@ def _check_outside_xla(body, ctx, sample):
       hasattr(external, "numpy") for external, _ in body.graph.captures)
   if not runnable:
     name = getattr(body.loop_fn, "__name__", "the body")
-    if name not in _warned_xla:
-      _warned_xla.add(name)
+    key = (name, getattr(body.loop_fn, "__code__", None))   # two lambdas: two bodies
+    if key not in _warned_xla:
+      _warned_xla.add(key)
       logging.warning(
           "%s: under jit_compile=True nothing can raise inside the compiled program, and "
           "%s reads values of the compiled function itself (or n is known only there), so "
