@@ -157,6 +157,9 @@ def _invariant_choice(op, graphs, choose):
     return fn
 
   results = choose([branch_fn(g) for g in graphs])
+  made = _as_list(results) if not isinstance(results, tf.Operation) else [results]
+  if made:   # a branch adding a value to itself: lowered, Grappler empties the outputs
+    graph_io.keep_unlowered_where_grappler_breaks(made[0])
   if not op.op.outputs:
     return results if isinstance(results, tf.Operation) else tf.group(results)
   return [Value(_dense_gradient(t) if flag else t, flag)

@@ -114,3 +114,34 @@ def test_a_value_added_to_itself_through_a_no_op(body, n, mode):
   V.assign(0)
   testing.assert_allclose(testing.run_pfor(body, n, mode), want)
   assert V.numpy() == want_state
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_loop_invariant_cond_that_adds_a_value_to_itself_and_writes(n, mode):
+  """Fuzz seed 3102002: a cond on a loop-invariant predicate, whose branch adds a scalar to
+  its own sum and updates a variable. The cond converter's own conditional was lowered, and
+  Grappler emptied the whole function: every output came back float32 (0,) and the update
+  was lost."""
+  def run(pfor_or_loop):
+    total = tf.Variable(0)
+    weights = tf.Variable([0.5, -0.25, 1.0])
+
+    def body(i):
+      del i
+      size = tf.size(tf.strings.split(tf.constant("a b c")))
+      read = tf.identity(weights)
+
+      def add():
+        step = size + tf.reduce_sum(tf.cast(size, tf.int32))
+        total.assign_add(step)
+        return step
+      tf.cond(tf.reduce_sum(read) > 0.0, add, lambda: size)
+      return read
+    return pfor_or_loop(body), total.numpy()
+
+  got, got_total = run(lambda body: testing.run_pfor(body, n, mode))
+  want, want_total = run(lambda body: testing.sequential(
+      body, n, output_spec=tf.TensorSpec([3], tf.float32)))
+  testing.assert_allclose(got, want)
+  assert got_total == want_total == 6 * n
