@@ -407,6 +407,13 @@ _WITH_A_CONSTANT = ("Mul", "RealDiv", "Div", "AddV2", "Add", "Sub")
 _ADDITIONS = ("Add", "AddV2", "AddN")
 
 
+def branch_graphs(op):
+  """The FuncGraphs of a conditional's branches: If's then and else, Case's in order."""
+  if op.type in ("If", "StatelessIf"):
+    return [function_graph(op, "then_branch"), function_graph(op, "else_branch")]
+  return [find_function(op.graph, f.name).graph for f in op.get_attr("branches")]
+
+
 def keep_unlowered_where_grappler_breaks(made):
   """`keep_unlowered(made)` where the While, If or Case op that made `made` runs (in a
   function it calls, at any depth) an addition of a value to itself through ops that may be

@@ -293,7 +293,8 @@ def _check_results(op, results, ctx):
       continue
     if not isinstance(v.tensor, tf.Tensor) or hasattr(v.tensor, "numpy"):
       continue
-    expected = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if v.stacked else t.shape
+    declared = _declared_shape(op, k)
+    expected = tf.TensorShape([ctx.static_n]).concatenate(declared) if v.stacked else declared
     if not v.tensor.shape.is_compatible_with(expected):
       raise ConversionError(
           f"Converter for {op.type} produced shape {v.tensor.shape} for output {k} of "
@@ -301,6 +302,24 @@ def _check_results(op, results, ctx):
     if not v.tensor.shape.is_fully_defined():   # else it knows all that `expected` says
       v.tensor.set_shape(expected)
   return results
+
+
+def _declared_shape(op, k):
+  """Output k's static shape; for a conditional, the most general of the branches that
+  compute it. TF declares a gradient intermediate with the shape of the FakeParam standing
+  in for it in a branch that does not compute it (`[0]` where the other branch slices one
+  element per iteration)."""
+  declared = op.outputs[k].shape
+  if op.type not in ("If", "StatelessIf", "Case", "StatelessCase"):
+    return declared
+  outputs = [g.outputs[k] for g in graph_io.branch_graphs(op)]
+  computed = [t.shape for t in outputs if t.op.type != "FakeParam"]
+  if not computed or len(computed) == len(outputs):
+    return declared
+  general = computed[0]
+  for shape in computed[1:]:
+    general = general.most_specific_compatible_shape(shape)
+  return general
 
 
 def _set_loop_length(dense, static_n):

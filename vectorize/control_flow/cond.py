@@ -45,8 +45,7 @@ from vectorize.values import Value, invariant, stack
 @register("If", "StatelessIf")
 @ragged.register("If", "StatelessIf")
 def _convert_if(op):
-  graphs = [graph_io.function_graph(op.op, "then_branch"),
-            graph_io.function_graph(op.op, "else_branch")]
+  graphs = graph_io.branch_graphs(op.op)
   _type_fake_lists(graphs)
   pred = op.value(0)
   if not pred.stacked:
@@ -62,7 +61,7 @@ def _convert_if(op):
 @register("Case", "StatelessCase")
 @ragged.register("Case", "StatelessCase")
 def _convert_case(op):
-  graphs = [graph_io.find_function(op.op.graph, f.name).graph for f in op.attr("branches")]
+  graphs = graph_io.branch_graphs(op.op)
   _type_fake_lists(graphs)
   index = op.value(0)
   if not index.stacked:

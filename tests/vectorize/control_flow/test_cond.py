@@ -183,3 +183,29 @@ def test_static_shapes_option_matches_dynamic_form():
     static = tf.function(lambda: vectorize.pfor(body, 6, fallback_to_while_loop=False))()
   dynamic = tf.function(lambda: vectorize.pfor(body, 6, fallback_to_while_loop=False))()
   np.testing.assert_allclose(static, dynamic)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])   # XLA: see the note
+def test_gradient_intermediates_of_a_branch_not_taken_by_all(mode):
+  """Fuzz seed 103: under a tape, a cond whose one branch slices `x[i:i + 1]` and whose
+  other reads a TensorArray. TF declares the slice's gradient intermediate with the shape of
+  the FakeParam standing in for it in the other branch, [0]; the converted [n, 1] was
+  refused as a wrong shape. (Under XLA the array's gradient list, of the branch's size,
+  has no static capacity: a clear ConversionError, left.)"""
+  x = tf.constant([[1.0, -2.0, 0.5], [0.3, 0.2, -0.1], [2.0, 1.0, 0.0], [-1.0, 0.5, 0.25]])
+  y = tf.constant([0.5, -1.0, 2.0, 3.0])
+
+  def body(i):
+    row = x[i]
+    with tf.GradientTape() as tape:
+      tape.watch(row)
+
+      def reads_an_array():
+        return tf.tanh(row) + tf.TensorArray(tf.float32, 3).unstack(row).read(1)
+
+      def slices():
+        return row - tf.squeeze(y[i:i + 1], 0)
+      out = tf.cond(i < 2, reads_an_array, slices)
+      loss = tf.reduce_sum(tf.square(out))
+    return tape.gradient(loss, row)
+  testing.assert_allclose(testing.run_pfor(body, 4, mode), testing.sequential(body, 4), 1e-5)
