@@ -7,6 +7,7 @@ in a depth-first post-order over data and control edges, which is topological ev
 control edge was added after its target was created.
 """
 
+import contextlib
 import weakref
 
 import numpy as np
@@ -18,6 +19,7 @@ from tensorflow.python.eager import context
 from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework import tensor_util
+from tensorflow.python.ops import control_flow_util_v2
 
 _DROPPED_ATTRS = ("_class",)
 
@@ -469,6 +471,25 @@ def _adds_a_value_to_itself(graph):
       if len({r.ref() for r in roots}) < len(roots):
         return True
   return False
+
+
+@contextlib.contextmanager
+def user_control_flow_unlowered():
+  """Within: every While, If and Case built (the user's own, at any depth of their
+  functions) stays functional. For the user's code run as it is (the whole body's
+  sequential loop): a conditional nested in another's branch is defined inside a function
+  before any scan could mark it, and lowered there, Grappler's rewrite of a self-addition
+  empties it ("Retval[0] does not have value", fuzz seed 3102302)."""
+  flag = "_DISABLE_LOWER_USING_SWITCH_MERGE"
+  if not hasattr(control_flow_util_v2, flag):   # another TF's internals: the scan alone
+    yield
+    return
+  saved = getattr(control_flow_util_v2, flag)
+  setattr(control_flow_util_v2, flag, True)
+  try:
+    yield
+  finally:
+    setattr(control_flow_util_v2, flag, saved)
 
 
 def keep_unlowered(made):

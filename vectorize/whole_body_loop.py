@@ -217,9 +217,8 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   outputs = iteration_outputs.IterationOutputs(traced.graph.outputs, varying, _SHAPE_DIFFERS)
 
   def step(i, *arrays):
-    leaves = tf.nest.flatten(fn(i), expand_composites=False)
-    for op in tf.compat.v1.get_default_graph().get_operations():   # the body's own conds
-      graph_io.keep_unlowered_where_grappler_breaks(op)
+    with graph_io.user_control_flow_unlowered():
+      leaves = tf.nest.flatten(fn(i), expand_composites=False)
     tensors = [tf.convert_to_tensor(part) for leaf, kind in zip(leaves, traced.kinds)
                for part in _parts(leaf, kind)]
     return (i + 1,) + outputs.write(arrays, i, tensors)

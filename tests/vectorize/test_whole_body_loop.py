@@ -183,3 +183,74 @@ def test_whole_body_under_xla_runs_unrolled(n):
     assert g.shape[0] == n
     if n:
       np.testing.assert_allclose(g, tf.stack([w[k] for w in want]), rtol=1e-6)
+
+
+
+
+def _switch_over_a_self_addition_and_a_write(x, v):
+  """Fuzz seed 3102302, as shrunk: the whole body runs as a loop (a write in a loop only
+  some iterations run); one branch of a switch_case holds a cond adding a value to its own
+  sum. Lowered inside the branch's function, Grappler emptied it: "Retval[0] does not have
+  value" in a TF1 session."""
+  rows = tf.constant(np.random.default_rng(237270).standard_normal([4, 2, 2]), tf.float32)
+
+  def body(i):
+    row = tf.gather(rows, i)
+    k = tf.squeeze(x[i:i + 1], 0)
+
+    def adds():
+      def twice():
+        return k + tf.reduce_sum(tf.cast(k, tf.int32))
+      return tf.cond(k > 1, twice, lambda: k)
+
+    def writes():
+      first = tf.gather(row, [0, 0, 0], axis=0)
+
+      def step(j, c):
+        v.assign(j, read_value=False)
+        return j + 1, c
+      tf.while_loop(lambda j, c: j < k, step, (0, first), maximum_iterations=5)
+      return k
+    return tf.switch_case(tf.math.floormod(i, 2), [adds, writes])
+  return body
+
+
+
+
+def _lowering_of_nested_conditionals(graph, inside=False):
+  """The `_lower_using_switch_merge` attr of every If/Case inside another op's function."""
+  found = []
+  for op in graph.get_operations():
+    if inside and op.type in ("If", "StatelessIf", "Case", "StatelessCase"):
+      found.append(op.get_attr("_lower_using_switch_merge")
+                   if "_lower_using_switch_merge" in op.node_def.attr else None)
+    for value in op.node_def.attr.values():
+      names = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+      for name in filter(None, names):
+        inner = graph._get_function(name).graph  # pylint: disable=protected-access
+        found += _lowering_of_nested_conditionals(inner, True)
+  return found
+
+
+def test_the_whole_body_loop_keeps_nested_conditionals_functional():
+  """Fuzz seed 3102302 (a TF1 session, n = 1): the cond nested in the switch_case's branch
+  was defined lowered inside the branch's function, where no scan could mark it, and
+  Grappler emptied it ("Retval[0] does not have value"). The whole body's loop now builds
+  the user's control flow unlowered, at every depth."""
+  x = tf.constant([4, 2, 3, 1])
+  v = tf.Variable(2)
+  body = _switch_over_a_self_addition_and_a_write(x, v)
+  graph = tf.function(lambda: vectorize.pfor(body, 1)).get_concrete_function().graph
+  lowering = _lowering_of_nested_conditionals(graph)
+  assert lowering and not any(lowering), lowering
+
+def test_a_nested_conditional_survives_grappler_in_a_function():
+  x = tf.constant([4, 2, 3, 1])
+  v = tf.Variable(2)
+  body = _switch_over_a_self_addition_and_a_write(x, v)
+  got = tf.function(lambda: vectorize.pfor(body, 4))().numpy()
+  got_v = v.numpy()
+  v.assign(2)
+  want = np.stack([body(tf.constant(i)).numpy() for i in range(4)])
+  np.testing.assert_array_equal(got, want)
+  assert got_v == v.numpy()
