@@ -139,8 +139,12 @@ def _convert_tensor_list_reserve(op):
     # Known only at run time (a gradient's list shaped like the forward one): the first
     # write gives the dims (lists.fit_elements).
     element_shape = tf.TensorShape([None] * shape_tensor.shape[0])
-  else:
-    raise Unvectorizable("a TensorList of a per-iteration size with elements of unknown rank")
+  else:   # a TensorArray made without element_shape: the rank of what is written into it
+    written = lists.written_element_shape(op.op.outputs[0])
+    if written is None:
+      raise Unvectorizable("a TensorList of a per-iteration size with elements of unknown "
+                           "rank")
+    element_shape = tf.TensorShape([None] * written.rank)
   return _list_value(lists.reserved(sizes, element_shape, op.attr("element_dtype")))
 
 

@@ -300,7 +300,7 @@ def _draws(op, graph):
     return True
   return any(whole_body_loop.any_op(fn.graph, random)
              for fn in (graph_io.find_function(graph, name)
-                        for name in whole_body_loop.called_functions(op))
+                        for name in graph_io.function_names(op))
              if fn is not None)
 
 

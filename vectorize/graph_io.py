@@ -69,6 +69,11 @@ def _function_names(attrs):
         yield f.name
 
 
+def function_names(op):
+  """The names of the functions `op` runs (a call's f, a loop's cond and body, branches)."""
+  return list(_function_names(attrs_of(op)))
+
+
 def find_function(graph, name):
   """The function `name` from `graph`'s library or an enclosing graph's, or None."""
   while graph is not None:

@@ -292,3 +292,44 @@ def _shifts_alike(op, invariant):
     return False
   k = _SHIFTS_LENGTH[op.type]
   return k is None or invariant(op.inputs[k])
+
+
+# Where a list flows on (op type -> how its input k reaches a function's input): calls and
+# loops pass input k as function input k, conditionals as input k - 1 (after the predicate).
+_WRITES_ITEM_AT = {"TensorListSetItem": 2, "TensorListPushBack": 1}
+
+
+def written_element_shape(list_tensor, seen=None):
+  """The shape of the first item written into `list_tensor` (or a list it flows into
+  through identities, loops, conditionals and calls), or None: the element shape of a list
+  made with none (`tf.TensorArray` without `element_shape`)."""
+  seen = set() if seen is None else seen
+  if list_tensor.ref() in seen:
+    return None
+  seen.add(list_tensor.ref())
+  for consumer in list_tensor.consumers():
+    positions = [k for k, t in enumerate(consumer.inputs) if t is list_tensor]
+    onward = []
+    if consumer.type in _WRITES_ITEM_AT and positions == [0]:
+      item = consumer.inputs[_WRITES_ITEM_AT[consumer.type]]
+      if item.shape.rank is not None:
+        return item.shape
+      onward.append(consumer.outputs[0])
+    elif consumer.type in ("Identity", "TensorListPopBack") or (
+        consumer.type in _WRITES_ITEM_AT and 0 in positions):
+      onward.append(consumer.outputs[0])
+    else:
+      shift = 1 if consumer.type in ("If", "StatelessIf", "Case", "StatelessCase") else 0
+      for name in graph_io.function_names(consumer):
+        fn = graph_io.find_function(consumer.graph, name)
+        if fn is None or getattr(fn, "graph", None) is None:
+          continue
+        inputs = fn.graph.inputs
+        onward += [inputs[k - shift] for k in positions if 0 <= k - shift < len(inputs)]
+      if consumer.type in ("While", "StatelessWhile"):
+        onward += [consumer.outputs[k] for k in positions if k < len(consumer.outputs)]
+    for t in onward:
+      shape = written_element_shape(t, seen)
+      if shape is not None:
+        return shape
+  return None

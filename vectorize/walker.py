@@ -232,7 +232,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
 def _may_write(op):
   """Whether converting `op` may emit variable writes before it finds it cannot: a stateful
   op calling functions (a conditional, loop or call whose functions have effects)."""
-  return op._is_stateful and any(whole_body_loop.called_functions(op))  # pylint: disable=protected-access
+  return op._is_stateful and any(graph_io.function_names(op))  # pylint: disable=protected-access
 
 
 def _refuse_if_it_shares_state(op, reason):

@@ -102,15 +102,6 @@ def is_variable_write(op):
           op.type.startswith("ResourceApply") or op.type.startswith("ResourceSparseApply"))
 
 
-def called_functions(op):
-  """The names of the functions op calls (a call's f, a loop's cond and body, branches)."""
-  for value in op.node_def.attr.values():
-    if value.HasField("func"):
-      yield value.func.name
-    elif value.HasField("list"):
-      yield from (f.name for f in value.list.func)
-
-
 # Under XLA with a static n up to this, the whole body runs unrolled (`_unrolled`).
 UNROLLED_UNDER_XLA = 64
 _SHAPE_DIFFERS = (
@@ -166,7 +157,7 @@ def any_op(graph, holds, seen=None, ops=None):
   for op in graph.get_operations() if ops is None else ops:
     if holds(op):
       return True
-    for name in called_functions(op):
+    for name in graph_io.function_names(op):
       fn = graph_io.find_function(graph, name)
       if name not in seen and fn is not None:
         seen.add(name)

@@ -66,3 +66,27 @@ def _list_read_in_a_differentiated_cond(read):
 @pytest.mark.parametrize("n", [5, 0])
 def test_tensor_array_in_one_branch_of_a_differentiated_cond(read, mode, n):
   _check(_list_read_in_a_differentiated_cond(read), n, mode)
+
+
+def _array_of_per_iteration_size_without_element_shape(inside_a_cond):
+  """A TensorArray of size i + 1 made without element_shape (its list's elements of unknown
+  rank), written in a while loop; the rank comes from what is written (fuzz seeds 3102028
+  and six more: refused before)."""
+  def fill(i):
+    def step(j, ta):
+      return j + 1, ta.write(j, tf.fill([2], tf.cast(i * 10 + j, tf.float32)))
+    _, ta = tf.while_loop(lambda j, ta: j < i + 1, step, (0, tf.TensorArray(tf.float32, i + 1)))
+    return tf.reduce_sum(ta.stack(), 0)   # (an eager read would clear the element)
+
+  def body(i):
+    if not inside_a_cond:
+      return fill(i)
+    return tf.cond(i < 2, lambda: tf.zeros([2]), lambda: fill(i))
+  return body
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("inside_a_cond", [False, True])
+def test_array_without_element_shape_of_per_iteration_size(inside_a_cond, mode):
+  body = _array_of_per_iteration_size_without_element_shape(inside_a_cond)
+  testing.assert_allclose(testing.run_pfor(body, 4, mode), testing.sequential(body, 4))
