@@ -144,7 +144,7 @@ def _convert_tensor_list_reserve(op):
     if written is None:
       raise Unvectorizable("a TensorList of a per-iteration size with elements of unknown "
                            "rank")
-    element_shape = tf.TensorShape([None] * written.rank)
+    element_shape = written   # its static dims too: at n = 0 nothing is written to fit
   return _list_value(lists.reserved(sizes, element_shape, op.attr("element_dtype")))
 
 
