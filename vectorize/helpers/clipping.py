@@ -75,7 +75,7 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
     with cache.functions_traced():
       sums, norms, aux = graph_fn(batch, _as_float64(l2_norm_clip))
   else:
-    sums, norms, aux = run(batch, l2_norm_clip)
+    sums, norms, aux = run(batch, _as_float64(l2_norm_clip))
   result = (tf.nest.pack_sequence_as(structure, sums),)
   result += (norms,) if return_norms else ()
   result += (aux,) if has_aux else ()
