@@ -49,16 +49,10 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
 
   Limits: as `per_example_gradients` (a layer that mixes examples sees a batch of one).
   """
-  structure = per_example.variable_structure(variables)
-  flat_vars = tf.nest.flatten(structure)
-  if not flat_vars:
-    raise ValueError("clipped_gradient_sum got no variables to differentiate (a Keras model "
-                     "has none until it is built: call it once first).")
-  if not batch:
-    raise ValueError("clipped_gradient_sum needs at least one batch element.")
   if isinstance(l2_norm_clip, (int, float)) and not l2_norm_clip > 0:
     raise ValueError(f"clipped_gradient_sum needs l2_norm_clip > 0, got {l2_norm_clip}.")
-  batch = per_example.dense_batch(batch, "clipped_gradient_sum")
+  structure, flat_vars, batch = per_example.checked_arguments(variables, batch,
+                                                              "clipped_gradient_sum")
 
   def run(batch, clip):
     return _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux,

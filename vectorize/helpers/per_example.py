@@ -57,14 +57,7 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
   Limits: layers that mix examples (batch normalization in training mode) see a batch of
   one; the Python in `loss_fn` runs at trace time only (use `tf.Variable`s for state).
   """
-  structure = variable_structure(variables)
-  flat_vars = tf.nest.flatten(structure)
-  if not flat_vars:
-    raise ValueError("per_example_gradients got no variables to differentiate (a Keras "
-                     "model has none until it is built: call it once first).")
-  if not batch:
-    raise ValueError("per_example_gradients needs at least one batch element.")
-  batch = dense_batch(batch)
+  structure, flat_vars, batch = checked_arguments(variables, batch)
   if not tf.executing_eagerly():
     return tf.nest.pack_sequence_as(structure, _per_example_in_graph(
         loss_fn, flat_vars, batch, fallback_to_while_loop, parallel_iterations))
@@ -98,6 +91,19 @@ def watchable(variable):
     return variable
   inner = getattr(variable, "value", None)
   return inner if isinstance(inner, tf.Variable) else variable
+
+
+def checked_arguments(variables, batch, who="per_example_gradients"):
+  """(the variables' structure, its flat list, the batch as dense tensors), or a ValueError
+  naming what is missing."""
+  structure = variable_structure(variables)
+  flat_vars = tf.nest.flatten(structure)
+  if not flat_vars:
+    raise ValueError(f"{who} got no variables to differentiate (a Keras model has none "
+                     "until it is built: call it once first).")
+  if not batch:
+    raise ValueError(f"{who} needs at least one batch element.")
+  return structure, flat_vars, dense_batch(batch, who)
 
 
 def dense_batch(batch, who="per_example_gradients"):
