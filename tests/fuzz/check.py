@@ -424,7 +424,8 @@ def tf1_values(loaded, n, fallback=False):
     variables = [v for v in ns.values() if isinstance(v, tf.Variable)]
     init = [v.initializer for v in variables]
     try:
-      per_iteration = [body(tf.constant(i)) for i in range(n)]
+      # A tape's gradient of a gather is an IndexedSlices in a graph; pfor's is dense.
+      per_iteration = [tf.nest.map_structure(_dense, body(tf.constant(i))) for i in range(n)]
     except Exception as e:  # pylint: disable=broad-except
       raise _LoopFailed(e) from e
     n_fed = tf.compat.v1.placeholder(tf.int32, [])
@@ -452,6 +453,10 @@ def tf1_values(loaded, n, fallback=False):
   loop = tf.nest.map_structure(
       lambda *xs: _numpy(stack([x if _ragged(x) else tf.constant(x) for x in xs])), *loop)
   return loop, got_static, got_fed
+
+
+def _dense(x):
+  return tf.convert_to_tensor(x) if isinstance(x, tf.IndexedSlices) else x
 
 
 class _LoopFailed(Exception):

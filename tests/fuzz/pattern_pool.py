@@ -180,6 +180,9 @@ class PatternPool:
     body = Block(names, stmts, f"({jv.name} + 1, ta.write({jv.name}, {{0}}))", [w])
     cond = Block(names, [], f"{jv.name} < {f}", deps)
     es_kw = f", element_shape={list(es)}" if self.rng.random() < 0.85 or not at_least_one else ""
+    # Read-many, as a traced TensorArray always is: eagerly a read clears its element and a
+    # later gather of it gives zeros, which no graph (the loop's tf.function form) does.
+    es_kw += ", clear_after_read=False"
     ta = (f"tf.TensorArray({TF[dtype]}, size=0, dynamic_size=True{es_kw})" if dynamic else
           f"tf.TensorArray({TF[dtype]}, size={f}{es_kw})")
     lines = ["{B0}", "{B1}", f"_, {{p}}_ta = tf.while_loop({{b0}}, {{b1}}, (0, {ta}))"]

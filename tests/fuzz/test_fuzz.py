@@ -159,3 +159,18 @@ def test_stateful_refusal_is_a_refusal_not_a_crash():
   assert check.classify_error(e).category == "refused"
   assert check.classify_error(ValueError("a stateful op cannot be vectorized")).category == (
       "crash")
+
+
+def test_tensor_array_read_and_then_gathered_is_read_many_in_the_loop_too():
+  """Seed 3103023: a TensorArray read at its last index and then gathered whole. Eagerly
+  the read clears the element (clear_after_read) and the loop's gather gives a zero there;
+  traced, as pfor's body is, it reads many times. The generator asks for read-many arrays."""
+  outcome = check.check(programs.generate(3103023), ["eager"]).outcomes["eager"]
+  assert outcome.category == "ok", outcome
+
+
+def test_tf1_loop_gradient_of_a_gather_is_compared_dense():
+  """Seed 3103191: in a TF1 graph a tape's gradient of a gather is an IndexedSlices; the
+  loop's fetched value was compared as its (values, indices, shape) against pfor's tensor."""
+  outcome = check.check(programs.generate(3103191), ["tf1"]).outcomes["tf1"]
+  assert outcome.category == "ok", outcome
