@@ -11,13 +11,14 @@ iteration would make per-iteration output shapes differ, so they raise Unvectori
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
+from tensorflow.python.ops import handle_data_util
 
 from converters import ragged_producers
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import (register_axis_shift, register_invariant_output,
                               register_leading_batch)
-from vectorize.lists import DenseList
+from vectorize.lists import DenseList, UniformList
 from vectorize.op_input import OpInput
 from vectorize.registry import register
 from vectorize.values import Value, stacked
@@ -76,8 +77,12 @@ def _convert_identity(op):
   v = op.value(0)
   if op.type == "Identity" and not op.op.device and not op.op.control_inputs:
     return v
-  if isinstance(v.tensor, DenseList):
-    return Value(DenseList(*[op.rebuild([t], {"T": t.dtype})[0] for t in v.tensor]), True)
+  if isinstance(v.tensor, (DenseList, UniformList)):
+    passed = [op.rebuild([t], {"T": t.dtype})[0] for t in v.tensor]
+    for before, after in zip(v.tensor, passed):
+      if before.dtype == tf.variant:
+        handle_data_util.copy_handle_data(before, after)
+    return Value(type(v.tensor)(*passed), True)
   return Value(op.rebuild([v.tensor])[0], v.stacked)
 
 
@@ -517,6 +522,10 @@ def _convert_zeros_like(op):
   v = op.value(0)
   if isinstance(v.tensor, DenseList):
     return Value(DenseList(tf.zeros_like(v.tensor.buffer), v.tensor.lengths), True)
+  if isinstance(v.tensor, UniformList):
+    zeros = tf.zeros_like(v.tensor.handle)
+    handle_data_util.copy_handle_data(v.tensor.handle, zeros)
+    return Value(UniformList(zeros, v.tensor.n), True)
   if op.attr("T") == tf.variant:
     raise Unvectorizable("zeros of a variant need its per-iteration contents")
   shape = tf.shape(v.tensor)[1:] if v.stacked else tf.shape(v.tensor)

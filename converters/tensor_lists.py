@@ -4,10 +4,19 @@ A stacked list is a `DenseList`: buffer `[n, capacity] + element_shape` and leng
 Each op becomes a gather or scatter on the buffer at per-iteration positions (`[j, index_j]`
 for iteration j), so lists of different lengths per iteration (push/pop stacks in loops
 with per-iteration trip counts) need no loop.
+
+Where every iteration runs every step together (no active subset; dynamic shapes), a list
+written at one index in every iteration (a push, a pop, a set or a read at an invariant
+index; an unstacked tensor) is a `UniformList` instead: a real TensorList of stacked
+elements, which TensorFlow writes in place. A loop of T steps pushing onto one costs O(T)
+where the DenseList's scatter, copying its buffer at every step, costs O(T^2). Ops that
+need per-iteration positions take it as a DenseList.
 """
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import handle_data_util
+from tensorflow.python.ops import list_ops
 
 from vectorize import indexing
 from vectorize import lists
@@ -16,7 +25,7 @@ from vectorize import ragged
 from vectorize import values
 from vectorize import walker
 from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.lists import DenseList
+from vectorize.lists import DenseList, UniformList
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
 
@@ -29,11 +38,38 @@ def _dense(op, i, element_shape=None):
   """
   v = op.value(i)
   if v.stacked:
-    return v.tensor
+    return lists.as_dense(v.tensor)
   if element_shape is None:
     element_shape = _read_element_shape(op)
   dtype = op.attr("element_dtype") if "element_dtype" in op.op.node_def.attr else None
   return lists.to_dense(v.tensor, op.ctx.n, element_shape, dtype)
+
+
+def _uniform(op, i, element_shape=None):
+  """Input i as a UniformList, or None where it cannot be one: a DenseList, or an invariant
+  list where `uniform_here` says no or its element shape (completed by `element_shape`, of
+  the items written) is not static."""
+  v = op.value(i)
+  if isinstance(v.tensor, UniformList):
+    return v.tensor
+  if v.stacked or not lists.uniform_here(op.ctx):
+    return None
+  if element_shape is None:
+    element_shape = _read_element_shape(op)
+  dtype = op.attr("element_dtype") if "element_dtype" in op.op.node_def.attr else None
+  return lists.uniform(v.tensor, op.ctx.n, element_shape, dtype)
+
+
+def _stacked_shape(u, dtype=tf.int32):
+  """`[n] + element_shape` of a UniformList's elements, as a tensor (the shape of unset
+  elements read as zeros)."""
+  return tf.concat([tf.reshape(tf.cast(u.n, dtype), [1]),
+                    tf.constant(u.element_shape.as_list(), dtype)], 0)
+
+
+def _rows_first(rows):
+  """`[length, n] + e` -> `[n, length] + e`."""
+  return tf.transpose(rows, [1, 0] + list(range(2, rows.shape.rank)))
 
 
 def _items(op, i):
@@ -105,6 +141,12 @@ def _known_elements(buffer, item):
   return buffer
 
 
+def _same_spec(handle, like):
+  """`handle` with the element type of the UniformList `like` (ops on variants lose it)."""
+  handle_data_util.copy_handle_data(like.handle, handle)
+  return handle
+
+
 def _list_value(dense):
   return Value(dense, True)
 
@@ -112,6 +154,12 @@ def _list_value(dense):
 @register("TensorListSetItem")
 def _convert_tensor_list_set_item(op):
   item = _items(op, 2)
+  u = None if op.is_stacked(1) else _uniform(op, 0, item.shape[1:])
+  if u is not None:
+    handle = tf.raw_ops.TensorListSetItem(
+        input_handle=u.handle, index=op.invariant(1), item=item,
+        resize_if_index_out_of_bounds=op.op.get_attr("resize_if_index_out_of_bounds"))
+    return _list_value(UniformList(_same_spec(handle, u), u.n))
   dense = _dense_to_write(op, item)
   index = op.stacked(1)
   if op.op.get_attr("resize_if_index_out_of_bounds"):
@@ -150,6 +198,10 @@ def _convert_tensor_list_reserve(op):
 
 @register("TensorListGetItem")
 def _convert_tensor_list_get_item(op):
+  u = op.value(0).tensor
+  if isinstance(u, UniformList) and not op.is_stacked(1):
+    return stacked(list_ops.tensor_list_get_item(u.handle, op.invariant(1), u.element_dtype,
+                                                 element_shape=_stacked_shape(u)))
   dense = _dense(op, 0)
   return stacked(indexing.gather_nd(dense.buffer, _at(dense, op.stacked(1))))
 
@@ -157,6 +209,10 @@ def _convert_tensor_list_get_item(op):
 @register("TensorListPushBack")
 def _convert_tensor_list_push_back(op):
   item = _items(op, 1)
+  u = _uniform(op, 0, item.shape[1:])
+  if u is not None:
+    handle = list_ops.tensor_list_push_back(u.handle, item)
+    return _list_value(UniformList(_same_spec(handle, u), u.n))
   dense = _dense_to_write(op, item)
   dense = _grown(op, dense, values.max_or_zero(dense.lengths) + 1)
   buffer = indexing.tensor_scatter_nd_update(dense.buffer, _at(dense, dense.lengths), item)
@@ -165,6 +221,12 @@ def _convert_tensor_list_push_back(op):
 
 @register("TensorListPopBack")
 def _convert_tensor_list_pop_back(op):
+  u = op.value(0).tensor
+  if isinstance(u, UniformList):
+    handle, item = tf.raw_ops.TensorListPopBack(input_handle=u.handle,
+                                                element_shape=_stacked_shape(u),
+                                                element_dtype=u.element_dtype)
+    return [_list_value(UniformList(_same_spec(handle, u), u.n)), stacked(item)]
   dense = _dense(op, 0)
   lengths = tf.maximum(dense.lengths - 1, 0)
   item = indexing.gather_nd(dense.buffer, _at(dense, lengths))
@@ -174,6 +236,12 @@ def _convert_tensor_list_pop_back(op):
 @register("TensorListStack")
 def _convert_tensor_list_stack(op):
   """`[n, length] + element_shape` where every iteration's list is as long; else ragged."""
+  u = op.value(0).tensor
+  if isinstance(u, UniformList):
+    rows = list_ops.tensor_list_stack(u.handle, u.element_dtype,
+                                      num_elements=op.attr("num_elements"),
+                                      element_shape=_stacked_shape(u))
+    return stacked(_rows_first(rows))
   dense = _dense(op, 0)
   if _may_differ_in_length(op, dense, op.output_shape(0)[0]):
     return _ragged_elements(op, dense)
@@ -250,19 +318,26 @@ def _convert_tensor_list_concat_v2(op):
 @register("TensorListFromTensor")
 def _convert_tensor_list_from_tensor(op):
   tensor = op.stacked(0)                      # [n, length] + element_shape
+  if lists.uniform_here(op.ctx) and tensor.shape[2:].is_fully_defined():
+    return _list_value(lists.uniform_from_buffer(tensor, op.ctx.n))
   length = tf.shape(tensor)[1]
   return _list_value(DenseList(tensor, values.stack(invariant(length), op.ctx.n)))
 
 
 @register("TensorListLength")
 def _convert_tensor_list_length(op):
+  u = op.value(0).tensor
+  if isinstance(u, UniformList):
+    return invariant(list_ops.tensor_list_length(u.handle))
   return stacked(_dense(op, 0).lengths)
 
 
 @register("TensorListElementShape")
 def _convert_tensor_list_element_shape(op):
-  dense = _dense(op, 0)
   dtype = op.op.outputs[0].dtype
+  if isinstance(op.value(0).tensor, UniformList):
+    return invariant(tf.constant(op.value(0).tensor.element_shape.as_list(), dtype))
+  dense = _dense(op, 0)
   if dense.buffer.shape[2:].is_fully_defined():
     return invariant(tf.constant(dense.buffer.shape[2:].as_list(), dtype))
   return invariant(tf.cast(tf.shape(dense.buffer)[2:], dtype))
@@ -278,6 +353,11 @@ def _convert_tensor_list_resize(op):
 
 @register("TensorListGather")
 def _convert_tensor_list_gather(op):
+  u = op.value(0).tensor
+  if isinstance(u, UniformList) and not op.is_stacked(1):
+    rows = list_ops.tensor_list_gather(u.handle, op.invariant(1), u.element_dtype,
+                                       element_shape=_stacked_shape(u))
+    return stacked(_rows_first(rows))
   dense = _dense(op, 0)
   indices = op.value(1)
   if indices.stacked:
@@ -312,8 +392,17 @@ def _convert_tensor_list_scatter_into_existing_list(op):
 
 
 def sum_of_lists(op):
-  """AddN of TensorLists, one of them stacked: the DenseLists summed element by element."""
-  element_shape = next(v.tensor.buffer.shape[2:] for v in op.inputs if v.stacked)
+  """AddN of TensorLists, one of them stacked: the DenseLists summed element by element;
+  UniformLists (and invariant lists that can be one) by TensorFlow's own sum of lists,
+  which skips unset elements (a loop gradient adds one read's cotangent per step)."""
+  first = next((v.tensor for v in op.inputs if isinstance(v.tensor, UniformList)), None)
+  if first is not None:
+    uniforms = [_uniform(op, i, first.element_shape) for i in range(op.num_inputs)]
+    if all(u is not None for u in uniforms):
+      total = tf.math.add_n([u.handle for u in uniforms])
+      return _list_value(UniformList(_same_spec(total, first), first.n))
+  element_shape = next(lists.as_dense(v.tensor).buffer.shape[2:] for v in op.inputs
+                       if v.stacked)
   return _list_value(lists.add([_dense(op, i, element_shape) for i in range(op.num_inputs)]))
 
 

@@ -11,6 +11,7 @@ compile when the capacity is static. An invariant TensorList stays a real Tensor
 from typing import NamedTuple
 
 import tensorflow as tf
+from tensorflow.core.framework import full_type_pb2
 from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
@@ -35,6 +36,103 @@ class DenseList(NamedTuple):
   def capacity(self):
     return self.buffer.shape[1] if self.buffer.shape[1] is not None else \
         tf.shape(self.buffer)[1]
+
+
+class UniformList(NamedTuple):
+  """A TensorList per iteration, every iteration's list as long as the others': one real
+  TensorList whose elements are the iterations' elements stacked, `[n] + element_shape`.
+
+  Made only where every iteration runs every step together (no active subset, dynamic
+  shapes): a loop of one trip count pushing, popping or setting at one index. TensorFlow
+  writes such a list in place, where a `DenseList` buffer is copied at each write (a
+  scatter into a loop-carried tensor): a loop of T steps writing one costs O(T), not
+  O(T^2). Anything else takes it as a DenseList (`as_dense`)."""
+  handle: tf.Tensor    # a TensorList variant of `[n] + element_shape` elements
+  n: tf.Tensor         # int32 scalar: the number of iterations (for an empty list's shape)
+
+  @property
+  def dtype(self):
+    return tf.variant
+
+  @property
+  def element_dtype(self):
+    return element_spec(self.handle)[0]
+
+  @property
+  def element_shape(self):
+    """The iterations' element shape (without the loop axis)."""
+    return element_spec(self.handle)[1][1:]
+
+
+def uniform_here(ctx):
+  """Whether a UniformList may be made in the context `ctx`: every iteration runs (no
+  active subset, whose lanes a list of stacked elements could not follow) and shapes are
+  dynamic (under XLA a DenseList is written in place already)."""
+  return not ctx.static_shapes and not ctx.partitioned
+
+
+def uniform(list_tensor, n, element_shape=None, element_dtype=None):
+  """An invariant TensorList as a UniformList: every iteration's list the same. A reserved
+  or empty list (what loop accumulators and the gradient of a read start from) stays
+  unset, which costs nothing; one holding elements has them tiled."""
+  dtype, shape = _hinted_spec(list_tensor, element_shape, element_dtype)
+  if not shape.is_fully_defined():
+    return None
+  n = tf.convert_to_tensor(n, tf.int32)
+  stacked_shape = tf.concat([tf.reshape(n, [1]), tf.constant(shape.as_list(), tf.int32)], 0)
+  producer = list_tensor.op
+  if producer.type == "TensorListReserve":
+    handle = list_ops.tensor_list_reserve(stacked_shape, producer.inputs[1], dtype)
+  elif producer.type == "EmptyTensorList":
+    handle = list_ops.empty_tensor_list(stacked_shape, dtype, producer.inputs[1])
+  else:
+    dense = to_dense(list_tensor, n, shape, dtype)
+    return uniform_from_buffer(dense.buffer, n)
+  return UniformList(_with_stacked_spec(handle, dtype, shape, n), n)
+
+
+def uniform_from_buffer(buffer, n):
+  """A UniformList of the elements `buffer[:, k]` (`[n, length] + element_shape`)."""
+  rank = buffer.shape.rank
+  rows = tf.transpose(buffer, [1, 0] + list(range(2, rank)))
+  shape = tf.shape(rows)[1:]
+  handle = list_ops.tensor_list_from_tensor(rows, shape)
+  return UniformList(_with_stacked_spec(handle, buffer.dtype, buffer.shape[2:], n), n)
+
+
+def _with_stacked_spec(handle, dtype, element_shape, n):
+  static_n = tf.get_static_value(n)
+  stacked_shape = tf.TensorShape([None if static_n is None else int(static_n)]).concatenate(
+      element_shape)
+  data = handle_data_util.create_handle_data(stacked_shape, dtype)
+  data.shape_and_type[0].type.type_id = full_type_pb2.TFT_ARRAY   # list ops' shape functions
+  handle_data_util.set_handle_data(handle, data)
+  return handle
+
+
+def with_spec_of(value, like):
+  """`value` with the element type of `like` where both are UniformLists (a loop's
+  variables and outputs may lose the handle data saying what a TensorList holds: TF1
+  loops do)."""
+  if isinstance(value, UniformList) and isinstance(like, UniformList):
+    handle_data_util.copy_handle_data(like.handle, value.handle)
+  return value
+
+
+def as_dense(value):
+  """`value`, a UniformList as the DenseList of the same lists; anything else as it is."""
+  if not isinstance(value, UniformList):
+    return value
+  dtype, shape = element_spec(value.handle)
+  element_shape = tf.concat([tf.reshape(value.n, [1]),
+                             tf.constant([-1 if d is None else d for d in shape[1:].as_list()],
+                                         tf.int32)], 0)
+  rows = list_ops.tensor_list_stack(value.handle, dtype, element_shape=element_shape)
+  rank = rows.shape.rank
+  buffer = tf.transpose(rows, [1, 0] + list(range(2, rank)))         # [n, length] + e
+  buffer.set_shape(tf.TensorShape([shape[0], None]).concatenate(shape[1:]))
+  length = list_ops.tensor_list_length(value.handle)
+  return DenseList(buffer, tf.fill(tf.reshape(value.n, [1]), length))
 
 
 def element_spec(list_tensor):
@@ -153,6 +251,10 @@ def placeholder(list_tensor, static_n, like=None):
   data); with neither (one a loop condition receives but never reads), a plain variant
   placeholder.
   """
+  if isinstance(like, UniformList):
+    handle = tf.compat.v1.placeholder(tf.variant, [])
+    handle_data_util.copy_handle_data(like.handle, handle)
+    return UniformList(handle, tf.compat.v1.placeholder(tf.int32, []))
   spec = _spec(list_tensor) or _spec(like)
   if spec is None:
     return tf.compat.v1.placeholder(tf.variant, [])
@@ -166,6 +268,8 @@ def _spec(list_value):
   """(dtype, element shape) of a DenseList or TensorList tensor, or None if unknown."""
   if isinstance(list_value, DenseList):
     return list_value.element_dtype, list_value.buffer.shape[2:]
+  if isinstance(list_value, UniformList):
+    return list_value.element_dtype, list_value.element_shape
   if list_value is None or getattr(list_value, "dtype", None) != tf.variant:
     return None
   try:

@@ -239,7 +239,9 @@ def shift_axis(axis):
 
 def select_lanes(mask, taken, other):
   """Per iteration: `taken` where `mask` (`[n]` bool), else `other`; both stacked alike:
-  tensors, or DenseLists (padded to a common capacity first)."""
+  tensors, or DenseLists (padded to a common capacity first; UniformLists become
+  DenseLists: lanes may differ after)."""
+  taken, other = lists.as_dense(taken), lists.as_dense(other)
   if isinstance(taken, lists.DenseList):
     taken, other = lists.common_capacity([taken, other])
     return lists.DenseList(select_lanes(mask, taken.buffer, other.buffer),
@@ -249,5 +251,5 @@ def select_lanes(mask, taken, other):
 
 
 def gather_rows(value, positions):
-  """Rows `positions` of a stacked tensor or DenseList."""
-  return tf.nest.map_structure(lambda t: tf.gather(t, positions), value)
+  """Rows `positions` of a stacked tensor or DenseList (a UniformList as a DenseList)."""
+  return tf.nest.map_structure(lambda t: tf.gather(t, positions), lists.as_dense(value))

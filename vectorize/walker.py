@@ -288,6 +288,8 @@ def _check_results(op, results, ctx):
     if isinstance(v.tensor, lists.DenseList):
       _set_loop_length(v.tensor, ctx.static_n)
       continue
+    if isinstance(v.tensor, lists.UniformList):
+      continue
     if ragged.is_ragged(v):
       results[k] = ragged.settle(v, t.shape, ctx)
       continue

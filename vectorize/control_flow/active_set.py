@@ -270,6 +270,7 @@ class Masked(ActiveSet):
 
 def _stitch(positions, parts):
   """Stacked parts (tensors or DenseLists) put back in iteration order."""
+  parts = [lists.as_dense(p) for p in parts]
   if not isinstance(parts[0], lists.DenseList):
     return tf.dynamic_stitch(positions, parts)
   parts = lists.common_capacity(parts)

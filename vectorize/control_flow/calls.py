@@ -62,7 +62,8 @@ def with_own_gradient(op, inputs, results, ctx, lookup):
   its iteration's inputs needs.
   """
   if isinstance(results, tf.Operation) or any(
-      isinstance(v.tensor, lists.DenseList) for v in list(inputs) + list(results)):
+      isinstance(v.tensor, (lists.DenseList, lists.UniformList))
+      for v in list(inputs) + list(results)):
     return results
   if any(v.stacked for v in inputs):
     results = [Value(stack(v, ctx.n), True) for v in results]

@@ -61,8 +61,10 @@ def _convert_while(op):
     init[k] = Value(reads.initial_state(op, k), False)
   flags = [f and k not in reads.values for k, f in enumerate(flags)]
   if not cond_stacked:
+    init = _uniform_lists(op, body, init, flags, reads)
     results = _invariant_loop(op, cond_graph, body, init, flags, reads)
   else:
+    init = [Value(lists.as_dense(v.tensor), v.stacked) for v in init]
     # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
     # at all n lanes, which only the masked strategy does.
     carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
@@ -222,7 +224,9 @@ def _loop_flags(op, cond_graph, body, reads):
     new = [f or v.stacked or (cond_stacked and not p)
            for f, v, p in zip(flags, body_outputs, passthrough)]
     if new == flags:
-      element_shapes = [v.tensor.buffer.shape[2:] if isinstance(v.tensor, lists.DenseList)
+      element_shapes = [lists.as_dense(v.tensor).buffer.shape[2:]
+                        if isinstance(v.tensor, lists.DenseList) else
+                        v.tensor.element_shape if isinstance(v.tensor, lists.UniformList)
                         else None for v in body_outputs]
       return flags, cond_stacked, element_shapes
     flags = new
@@ -282,6 +286,42 @@ def _initial(value, ctx, element_shape):
   return stack(value, ctx.n)
 
 
+def _uniform_lists(op, body, init, flags, reads):
+  """`init` with the stacked TensorList variables of a loop that every iteration runs the
+  same trips of held as UniformLists (written in place at each step) where the body keeps
+  each one a UniformList: an invariant list entering the loop is made one, a DenseList
+  stays. Checked on a dry run of the body, as a write at per-iteration positions (a set at
+  a stacked index) turns a list into a DenseList, which the loop's state cannot change to;
+  those stay DenseLists."""
+  candidates = {k for k, (v, f) in enumerate(zip(init, flags))
+                if f and v.tensor.dtype == tf.variant} if lists.uniform_here(op.ctx) \
+      else set()
+  init = list(init)
+  dense = list(init)
+  for k in list(candidates):
+    source = op.inputs[k]
+    if isinstance(source.tensor, lists.UniformList):
+      init[k] = source
+      continue
+    made = None if source.stacked else lists.uniform(
+        source.tensor, op.ctx.n, lists.as_dense(init[k].tensor).buffer.shape[2:])
+    if made is None:
+      candidates.discard(k)
+    else:
+      init[k] = Value(made, True)
+  while candidates:
+    dry_flags = [walker.RAGGED if k in reads.values else f for k, f in enumerate(flags)]
+    outputs = walker.dry_run(body.graph, dry_flags, op.ctx, body.outputs, init)
+    kept = {k for k in candidates if isinstance(outputs[k].tensor, lists.UniformList)}
+    if kept == candidates:
+      break
+    for k in candidates - kept:
+      init[k] = Value(lists.as_dense(dense[k].tensor), True)
+    candidates = kept
+  return [v if k in candidates or not isinstance(v.tensor, lists.UniformList) else
+          Value(lists.as_dense(v.tensor), True) for k, v in enumerate(init)]
+
+
 def _maximum_iterations(op, body):
   """The loop's `maximum_iterations` (while_v2 carries it as variable 1), or None.
 
@@ -303,6 +343,8 @@ def _shape_invariant(op, k, value, flag):
   ctx = op.ctx
   if isinstance(value, lists.DenseList):
     return lists.shape_invariant(value, ctx.static_n, ctx.active_set.static_shapes)
+  if isinstance(value, lists.UniformList):
+    return lists.UniformList(tf.TensorShape([]), tf.TensorShape([]))
   shape = op.op.outputs[k].shape
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
@@ -321,6 +363,8 @@ def _run_body(body, values, flags, ctx, reads, state_tensors, write):
       results[k] = write(k, v)
     elif ragged.is_ragged(v):
       raise Unvectorizable(f"loop variable {k} becomes ragged in the loop")
+    elif isinstance(state_tensors[k], lists.DenseList):
+      results[k] = lists.as_dense(stack(v, ctx.n))
     else:
       results[k] = _with_static_n(stack(v, ctx.n), ctx) if flags[k] else v.tensor
   return results
@@ -337,11 +381,16 @@ def _with_static_n(tensor, ctx):
 def _invariant_loop(op, cond_graph, body, init, flags, reads):
   ctx = op.ctx
 
+  def typed(state):
+    return [lists.with_spec_of(t, v.tensor) for t, v in zip(state, init)]
+
   def cond(*state):
+    state = typed(state)
     values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
     return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
 
   def step(*state):
+    state = typed(state)
     values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
     return _run_body(body, values, flags, ctx, reads, state,
                      lambda k, new: reads.written(k, state[k], new))
@@ -353,7 +402,7 @@ def _invariant_loop(op, cond_graph, body, init, flags, reads):
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
   graph_io.keep_unlowered_where_grappler_breaks(results[0])
-  return [Value(t, f) for t, f in zip(results, flags)]
+  return [Value(t, f) for t, f in zip(typed(results), flags)]
 
 
 def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
