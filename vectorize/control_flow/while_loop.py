@@ -29,6 +29,7 @@ writing back its live iterations' rows.
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import list_ops
 
 from vectorize import graph_io
 from vectorize import indexing
@@ -62,7 +63,8 @@ def _convert_while(op):
   flags = [f and k not in reads.values for k, f in enumerate(flags)]
   if not cond_stacked:
     init = _uniform_lists(op, body, init, flags, reads)
-    results = _invariant_loop(op, cond_graph, body, init, flags, reads)
+    sums = _sums_of_products(op, cond_graph, body, flags, reads)
+    results = _invariant_loop(op, cond_graph, body, init, flags, reads, sums)
   else:
     init = [Value(lists.as_dense(v.tensor), v.stacked) for v in init]
     # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
@@ -349,15 +351,21 @@ def _shape_invariant(op, k, value, flag):
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
-def _run_body(body, values, flags, ctx, reads, state_tensors, write):
+def _run_body(body, values, flags, ctx, reads, state_tensors, write, sums=None):
   """The converted body's outputs, stacked ones tiled as `flags` demand; for the ragged
   variables, the state tensors: unchanged for those it reads, `write(k, new)` for those it
-  changes."""
+  changes; for the sums of products (`sums`), their factor lists with this step's pushed."""
+  sums = sums or {}
   wanted = [k for k in range(len(body.outputs))
-            if k not in reads.values or k in reads.changing]
+            if (k not in reads.values or k in reads.changing) and k not in sums]
+  factors = [t for k in sums for t in sums[k].factors]
   outputs, _ = walker.convert_graph(body.graph, values, ctx,
-                                    [body.outputs[k] for k in wanted], ragged_outputs=True)
+                                    [body.outputs[k] for k in wanted] + factors,
+                                    ragged_outputs=True)
+  outputs, factor_values = outputs[:len(wanted)], outputs[len(wanted):]
   results = list(state_tensors)
+  for j, k in enumerate(sums):
+    results[k] = sums[k].pushed(state_tensors[k], factor_values[2 * j:2 * j + 2], ctx)
   for k, v in zip(wanted, outputs):
     if k in reads.values:
       results[k] = write(k, v)
@@ -378,31 +386,136 @@ def _with_static_n(tensor, ctx):
   return tensor
 
 
-def _invariant_loop(op, cond_graph, body, init, flags, reads):
+def _invariant_loop(op, cond_graph, body, init, flags, reads, sums):
+  """One loop of the trips every iteration shares. A variable in `sums` (a sum of matrix
+  products, `_sums_of_products`) is carried as two lists of the products' factors, pushed
+  at each step, and summed by one product after the loop."""
   ctx = op.ctx
 
   def typed(state):
     return [lists.with_spec_of(t, v.tensor) for t, v in zip(state, init)]
 
+  def as_values(state):
+    values = [init[k] if k in sums else Value(t, f)
+              for k, (t, f) in enumerate(zip(state, flags))]
+    return reads.into(values, reads.at(state))
+
   def cond(*state):
-    state = typed(state)
-    values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
-    return walker.convert_graph(cond_graph, values, ctx)[0][0].tensor
+    return walker.convert_graph(cond_graph, as_values(typed(state)), ctx)[0][0].tensor
 
   def step(*state):
     state = typed(state)
-    values = reads.into([Value(t, f) for t, f in zip(state, flags)], reads.at(state))
-    return _run_body(body, values, flags, ctx, reads, state,
-                     lambda k, new: reads.written(k, state[k], new))
+    return _run_body(body, as_values(state), flags, ctx, reads, state,
+                     lambda k, new: reads.written(k, state[k], new), sums)
 
+  start = [sums[k].empty_factors(ctx) if k in sums else v.tensor for k, v in enumerate(init)]
   results = tf.while_loop(
-      cond, step, [v.tensor for v in init],
-      shape_invariants=[_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
-                        enumerate(zip(init, flags))],
+      cond, step, start,
+      shape_invariants=[_FACTOR_LISTS if k in sums else _shape_invariant(op, k, v.tensor, f)
+                        for k, (v, f) in enumerate(zip(init, flags))],
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
-  graph_io.keep_unlowered_where_grappler_breaks(results[0])
-  return [Value(t, f) for t, f in zip(typed(results), flags)]
+  graph_io.keep_unlowered_where_grappler_breaks(tf.nest.flatten(results)[0])
+  results = [sums[k].total(init[k], t, ctx) if k in sums else t
+             for k, t in enumerate(typed(results))]
+  return [Value(t, f) for t, f in zip(results, flags)]
+
+
+_FACTOR_LISTS = (tf.TensorShape([]), tf.TensorShape([]))
+
+
+class _SumOfProducts:
+  """A loop variable the body only adds a matrix product to (`acc + a @ b`, a weight's
+  gradient accumulated by a loop's gradient, one outer product per step and iteration):
+  carried as the lists of the factors a and b, so that a step writes `[n] + a.shape` and
+  `[n] + b.shape` instead of reading and writing `[n] + acc.shape`; after the loop, one
+  contraction over the steps gives the sum."""
+
+  def __init__(self, product):
+    self.product = product                    # the MatMul op of the body
+    self.factors = list(product.inputs)       # a, b (body tensors)
+
+  def empty_factors(self, ctx):
+    return tuple(list_ops.empty_tensor_list(
+        tf.concat([tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0),
+        t.dtype) for t in self.factors)
+
+  def pushed(self, lists_, factor_values, ctx):
+    return tuple(list_ops.tensor_list_push_back(handle, stack(v, ctx.n))
+                 for handle, v in zip(lists_, factor_values))
+
+  def total(self, initial, lists_, ctx):
+    """initial + sum over steps of a_t @ b_t, per iteration."""
+    rows = [list_ops.tensor_list_stack(
+        handle, t.dtype, element_shape=tf.concat(
+            [tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0))
+            for handle, t in zip(lists_, self.factors)]         # [steps, n] + factor shape
+    a = "tnqp" if self.product.get_attr("transpose_a") else "tnpq"
+    b = "tnrq" if self.product.get_attr("transpose_b") else "tnqr"
+    return stack(initial, ctx.n) + tf.einsum(f"{a},{b}->npr", *rows)
+
+
+def _sums_of_products(op, cond_graph, body, flags, reads):
+  """{k: _SumOfProducts} for the stacked variables the body changes only by adding a
+  matrix product of values it does not compute from them, where every iteration runs the
+  loop's steps together (dynamic shapes: the factors' lists are written in place) and the
+  factors are smaller than the product."""
+  if not lists.uniform_here(op.ctx):
+    return {}
+  found = {}
+  for k, flag in enumerate(flags):
+    if not flag or k in reads.values or k >= len(body.graph.inputs):
+      continue
+    product = _added_product(body, k)
+    if product is None or cond_graph.inputs[k].consumers():
+      continue
+    a, b = product.inputs
+    if not (a.shape.is_fully_defined() and b.shape.is_fully_defined() and
+            a.shape.rank == 2 and b.shape.rank == 2):
+      continue
+    p, q = reversed(a.shape.as_list()) if product.get_attr("transpose_a") else a.shape
+    r = b.shape[0] if product.get_attr("transpose_b") else b.shape[1]
+    if q * (p + r) < p * r:
+      found[k] = _SumOfProducts(product)
+  return found
+
+
+def _added_product(body, k):
+  """The MatMul whose output the body adds to loop variable k to make its next value (k's
+  only use), or None."""
+  variable = body.graph.inputs[k]
+  total = _through_identities(body.outputs[k])
+  if total.op.type not in ("AddV2", "AddN") or len(total.op.inputs) != 2:
+    return None
+  terms = [_through_identities(t) for t in total.op.inputs]
+  if terms[1] is variable:
+    terms.reverse()
+  if terms[0] is not variable or terms[1].op.type != "MatMul":
+    return None
+  # The variable is read only on its way into the sum, and the sum only on its way out.
+  frontier = [variable]
+  while frontier:
+    t = frontier.pop()
+    for consumer in t.consumers():
+      if consumer is total.op:
+        continue
+      if consumer.type != "Identity":
+        return None
+      frontier.extend(consumer.outputs)
+  t = body.outputs[k]
+  if t.consumers():
+    return None
+  while t is not total:
+    if len(t.op.inputs[0].consumers()) != 1:
+      return None
+    t = t.op.inputs[0]
+  return terms[1].op
+
+
+def _through_identities(t):
+  while t.op.type == "Identity":
+    t = t.op.inputs[0]
+  return t
 
 
 def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
