@@ -36,12 +36,12 @@ def test_map_and_batch_drop_remainder_keeps_the_dropped_elements_side_effects():
 
 # Fuzz seed 3000030 (n0 mode: "shape (0, 0, 3) != expected (0, 2, 3)"); shrunk repro
 # /tmp/fuzz_campaign/chunk_0/repro_6.py.
-@pytest.mark.xfail(strict=True, reason="stack() of a dynamic-size TensorArray that a while "
-                   "loop of a loop-invariant trip count (2) fills: pfor gives (n, 2, 3) for "
-                   "n = 1 but (0, 0, 3) for n = 0, where stacking no iteration of a (2, 3) "
-                   "value gives (0, 2, 3)")
 @pytest.mark.parametrize("compiled", [False, True])
 def test_dynamic_tensor_array_of_invariant_length_at_n0(compiled):
+  """stack() of a dynamic-size TensorArray that a while loop of a loop-invariant trip count
+  (2) fills: (0, 2, 3) at n = 0, as stacking no iteration of a (2, 3) value gives (it gave
+  (0, 0, 3) while the list was a DenseList, whose capacity no iteration grew; it is a
+  UniformList now, as long as the loop makes it)."""
   x = tf.constant([[1, 2, 3], [4, 5, 6]])
 
   def body(i):
