@@ -173,11 +173,16 @@ def _convert_tensor_list_set_item(op):
 def _convert_tensor_list_reserve(op):
   """A list of a per-iteration size (`tf.TensorArray(size=...)` with a size that differs
   per iteration): unset (zero) elements up to the largest size, each iteration's length its
-  own. Under static shapes (XLA) the capacity must be known at compile time: refused."""
+  own. Under static shapes (XLA) the capacity must be known at compile time: that of the
+  list whose length sizes it (the gradient of a read reserves a list as long as the one
+  read), else refused."""
+  capacity = None
   if op.ctx.static_shapes:
-    raise Unvectorizable("a TensorList (TensorArray) whose size differs per iteration has no "
-                         "static capacity under XLA; give it a size that is the same in "
-                         "every iteration")
+    capacity = _capacity_of_measured_list(op)
+    if capacity is None:
+      raise Unvectorizable("a TensorList (TensorArray) whose size differs per iteration has "
+                           "no static capacity under XLA; give it a size that is the same "
+                           "in every iteration")
   sizes = tf.cast(op.stacked(1), tf.int32)
   shape_tensor = op.invariant(0)
   shape = tf.get_static_value(shape_tensor)
@@ -193,7 +198,22 @@ def _convert_tensor_list_reserve(op):
       raise Unvectorizable("a TensorList of a per-iteration size with elements of unknown "
                            "rank")
     element_shape = written   # its static dims too: at n = 0 nothing is written to fit
-  return _list_value(lists.reserved(sizes, element_shape, op.attr("element_dtype")))
+  return _list_value(lists.reserved(sizes, element_shape, op.attr("element_dtype"),
+                                    capacity))
+
+
+def _capacity_of_measured_list(op):
+  """The static capacity of the stacked list whose `TensorListLength` is op's size (each
+  iteration's length is at most that), or None."""
+  size = op.op.inputs[1]
+  while size.op.type == "Identity":
+    size = size.op.inputs[0]
+  if size.op.type != "TensorListLength":
+    return None
+  measured = op.converted(size.op.inputs[0])
+  if measured is None or not isinstance(measured.tensor, DenseList):
+    return None
+  return measured.tensor.buffer.shape[1]
 
 
 @register("TensorListGetItem")

@@ -201,9 +201,11 @@ def to_dense(list_tensor, n, element_shape=None, element_dtype=None):
   return DenseList(buffer, tf.fill(tf.reshape(n, [1]), length))
 
 
-def reserved(sizes, element_shape, dtype):
-  """A DenseList of unset (zero) elements, iteration j's list `sizes[j]` long."""
-  capacity = tf.reduce_max(tf.concat([sizes, [0]], 0))
+def reserved(sizes, element_shape, dtype, capacity=None):
+  """A DenseList of unset (zero) elements, iteration j's list `sizes[j]` long; `capacity`
+  (at least every size) by default the longest."""
+  if capacity is None:
+    capacity = tf.reduce_max(tf.concat([sizes, [0]], 0))
   items = _zeros(capacity, element_shape, dtype)                   # [capacity] + e
   buffer = tf.tile(items[None], [tf.shape(sizes)[0], 1] + [1] * element_shape.rank)
   return DenseList(buffer, sizes)
@@ -243,7 +245,7 @@ def fit_elements(dense, items, lead=1):
   return DenseList(buffer, dense.lengths)
 
 
-def placeholder(list_tensor, static_n, like=None):
+def placeholder(list_tensor, static_n, like=None, static_capacity=False):
   """A DenseList of placeholders shaped for `list_tensor`'s elements (for dry runs).
 
   A list input whose element type is unknown takes it from `like`, the DenseList or
@@ -259,7 +261,9 @@ def placeholder(list_tensor, static_n, like=None):
   if spec is None:
     return tf.compat.v1.placeholder(tf.variant, [])
   dtype, shape = spec
-  buffer_shape = [static_n, None] + shape.as_list() if shape.rank is not None else None
+  capacity = (like.buffer.shape[1] if static_capacity and isinstance(like, DenseList)
+              else None)   # static shapes: a list keeps its capacity through loops
+  buffer_shape = [static_n, capacity] + shape.as_list() if shape.rank is not None else None
   buffer = tf.compat.v1.placeholder(dtype, buffer_shape)
   return DenseList(buffer, tf.compat.v1.placeholder(tf.int32, [static_n]))
 

@@ -105,7 +105,8 @@ def dry_run(graph, input_flags, ctx, outputs=None, like=None):
                                     tf.compat.v1.placeholder(tf.int32, [ctx.static_n])))
         continue
       if flag and t.dtype == tf.variant:
-        inputs.append(Value(lists.placeholder(t, ctx.static_n, like and like[k].tensor), True))
+        inputs.append(Value(lists.placeholder(t, ctx.static_n, like and like[k].tensor,
+                                              ctx.static_shapes), True))
         continue
       shape = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if flag else t.shape
       placeholder = tf.compat.v1.placeholder(t.dtype, shape)

@@ -106,3 +106,31 @@ def test_per_example_gradients(name, mode):
   for k, variable in enumerate(layer.trainable_variables):
     np.testing.assert_allclose(actual[k], np.stack([e[k] for e in expected]), atol=1e-4,
                                err_msg=variable.name)
+
+
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_per_example_gradients_through_the_input_sequence(name, mode):
+  """An Embedding under the RNN: its gradient flows back through the RNN's input
+  TensorArray, whose read's gradient reserves a list as long as the one read (under XLA
+  that list's capacity: a reserve of per-iteration size was refused)."""
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input([STEPS], dtype="int32"),
+                            keras.layers.Embedding(11, FEATURES), LAYERS[name](),
+                            keras.layers.Dense(2)])
+  tokens = tf.constant(np.random.default_rng(2).integers(0, 11, [BATCH, STEPS]), tf.int32)
+
+  def loss(example):
+    return tf.reduce_sum(tf.square(model(example[None])))
+
+  def per_example(tokens):
+    return vectorize.per_example_gradients(loss, model.trainable_variables, tokens,
+                                           fallback_to_while_loop=False)
+
+  actual = _run(per_example, mode, tokens)
+  for b in range(BATCH):
+    with tf.GradientTape() as tape:
+      value = loss(tokens[b])
+    for k, g in enumerate(tape.gradient(value, model.trainable_variables)):
+      np.testing.assert_allclose(actual[k][b], tf.convert_to_tensor(g), atol=1e-4,
+                                 err_msg=model.trainable_variables[k].name)
