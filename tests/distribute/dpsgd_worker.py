@@ -1,11 +1,12 @@
 """One worker of the multi-worker DP-SGD test, or the single-process reference run.
 
-  python dpsgd_worker.py OUT.npz                  # one process, the whole global batch
-  TF_CONFIG=... python dpsgd_worker.py OUT.npz    # a MultiWorkerMirroredStrategy worker
+  python dpsgd_worker.py OUT.npz FORM                  # one process, the whole global batch
+  TF_CONFIG=... python dpsgd_worker.py OUT.npz FORM    # a MultiWorkerMirroredStrategy worker
 
-Trains a small Keras model for a few DP-SGD steps: each example's gradient from
-`vectorize.per_example_gradients`, clipped to a global norm, summed over the global batch
-(across workers: an all-reduce), noised with a seeded draw every worker makes alike, divided
+Trains a small Keras model for a few DP-SGD steps: each example's gradient clipped to a
+global norm and summed over the local batch, FORM "materialized" from
+`vectorize.per_example_gradients`, "clipped" by `vectorize.clipped_gradient_sum`; then
+summed over the global batch (across workers: an all-reduce), noised with a seeded draw every worker makes alike, divided
 by the global batch and applied by plain SGD. Writes the initial and final weights to
 OUT.npz.
 """
@@ -44,12 +45,18 @@ def make_model():
   return model
 
 
+FORM = ["materialized"]
+
+
 def clipped_sum(model, x, y):
   """The sum over examples of each example's gradient, clipped to global norm CLIP."""
   def loss_fn(xi, yi):
     logits = model(xi[None])[0]
     return tf.nn.sparse_softmax_cross_entropy_with_logits(yi, logits)
 
+  if FORM[0] == "clipped":
+    return vectorize.clipped_gradient_sum(loss_fn, model.trainable_variables, x, y,
+                                          l2_norm_clip=CLIP, fallback_to_while_loop=False)
   grads = vectorize.per_example_gradients(loss_fn, model.trainable_variables, x, y,
                                           fallback_to_while_loop=False)
   norms = tf.sqrt(tf.add_n([tf.reduce_sum(tf.reshape(g, [tf.shape(g)[0], -1]) ** 2, 1)
@@ -107,4 +114,5 @@ def main(out):
 
 
 if __name__ == "__main__":
+  FORM[0] = sys.argv[2] if len(sys.argv) > 2 else "materialized"
   main(sys.argv[1])

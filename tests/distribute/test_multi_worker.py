@@ -1,6 +1,7 @@
-"""DP-SGD through `per_example_gradients` under `tf.distribute.MultiWorkerMirroredStrategy`:
-two worker processes on loopback addresses, started here, train a small Keras model, and
-their weights equal a single process's run on the same global batch."""
+"""DP-SGD through `per_example_gradients` and through `clipped_gradient_sum` under
+`tf.distribute.MultiWorkerMirroredStrategy`: two worker processes on loopback addresses,
+started here, train a small Keras model, and their weights equal a single process's run on
+the same global batch."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 _WORKER = os.path.join(os.path.dirname(__file__), "dpsgd_worker.py")
 _TIMEOUT_S = 240
@@ -24,14 +26,14 @@ def _free_ports(count):
   return ports
 
 
-def _start(out, tf_config=None):
+def _start(out, form, tf_config=None):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))] +
       [p for p in [os.environ.get("PYTHONPATH")] if p]))
   env.pop("TF_CONFIG", None)
   if tf_config is not None:
     env["TF_CONFIG"] = json.dumps(tf_config)
-  return subprocess.Popen([sys.executable, _WORKER, out], env=env, stdout=subprocess.PIPE,
+  return subprocess.Popen([sys.executable, _WORKER, out, form], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 
 
@@ -55,14 +57,16 @@ def _weights(path, which):
     return [f[f"{which}{k}"] for k in range(len(f.files) // 2)]
 
 
-def test_two_workers_equal_one_process(tmp_path):
+@pytest.mark.parametrize("form", ["materialized", "clipped"])
+def test_two_workers_equal_one_process(tmp_path, form):
   ports = _free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   outs = [str(tmp_path / f"worker{k}.npz") for k in range(2)]
   single = str(tmp_path / "single.npz")
-  processes = [_start(outs[k], {"cluster": cluster, "task": {"type": "worker", "index": k}})
+  processes = [_start(outs[k], form,
+                      {"cluster": cluster, "task": {"type": "worker", "index": k}})
                for k in range(2)]
-  processes.append(_start(single))
+  processes.append(_start(single, form))
   _wait(processes)
   expected = _weights(single, "final")
   assert len(expected) == 4
