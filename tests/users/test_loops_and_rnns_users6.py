@@ -190,8 +190,10 @@ def p_unstack_reverse_f64(i):
 
 def p_gather_read(i):
   ta = tf.TensorArray(tf.float32, size=T, clear_after_read=False)
+  run = tf.zeros([D])
   for t in tf.range(T):
-    ta = ta.write(t, tf.reduce_sum(X[i, : t + 1], axis=0))
+    run = run + X[i, t]
+    ta = ta.write(t, run)
   return ta.gather([T - 1, 0, 2]), ta.read(1), ta.stack(), ta.size()
 
 
@@ -397,11 +399,12 @@ U64 = tf.Variable(rng.normal(size=[D, D]) * 0.4)
 
 def p_tape_rnn_states(i):
   with tf.GradientTape() as tape:
-    ta = tf.TensorArray(tf.float32, size=T)
-    h = tf.zeros([1, H])
-    for t in tf.range(T):
+    def step(t, h, ta):
       h = tf.tanh(tf.matmul(X[i, t][None], W) + tf.matmul(h, U) + BIAS)
-      ta = ta.write(t, h[0])
+      return t + 1, h, ta.write(t, h[0])
+    _, _, ta = tf.while_loop(lambda t, h, ta: t < T, step,
+                             (0, tf.zeros([1, H]), tf.TensorArray(tf.float32, size=T)),
+                             maximum_iterations=T)
     states = ta.stack()
     loss = tf.reduce_mean(tf.square(states - 0.1))
   gw, gu, gb = tape.gradient(loss, [W, U, BIAS])
@@ -417,6 +420,7 @@ def p_tape_rnn_len_masked(i):
     ta = tf.TensorArray(tf.float32, size=T, element_shape=[H])
     h = tf.zeros([H])
     for t in tf.range(LENS1[i]):
+      tf.autograph.experimental.set_loop_options(maximum_iterations=T)
       h = tf.tanh(tf.linalg.matvec(W, xi[t], transpose_a=True) + tf.linalg.matvec(U, h,
                                                                                  transpose_a=True))
       ta = ta.write(t, h)
@@ -433,12 +437,12 @@ def p_gru_like_tape(i):
   xi = X[i]
   with tf.GradientTape() as tape:
     tape.watch(xi)
-    h = tf.zeros([1, H])
-    for t in tf.range(T):
+    def step(t, h):
       xh = tf.concat([xi[t][None], h], axis=1)
       z = tf.sigmoid(tf.matmul(xh, WZ))
       c = tf.tanh(tf.matmul(tf.concat([xi[t][None], h * z], 1), WH))
-      h = (1 - z) * h + z * c
+      return t + 1, (1 - z) * h + z * c
+    _, h = tf.while_loop(lambda t, h: t < T, step, (0, tf.zeros([1, H])), maximum_iterations=T)
     loss = tf.reduce_sum(h * h)
   return tape.gradient(loss, [WZ, WH, xi])
 
@@ -474,8 +478,13 @@ def ref_per_example(loss_fn, variables, *batch):
     with tf.GradientTape() as tape:
       loss = loss_fn(*ex)
     per.append([_dense(g) for g in tape.gradient(loss, tf.nest.flatten(variables))])
-  out = [None if per[0][j] is None else tf.stack([p[j] for p in per])
-         for j in range(len(per[0]))]
+  out = []
+  for j, v in enumerate(tf.nest.flatten(variables)):
+    gs = [p[j] for p in per]
+    if all(g is None for g in gs):     # the loss never uses the variable
+      out.append(None)
+    else:                              # unconnected in one example only (a zero-step loop)
+      out.append(tf.stack([tf.zeros(v.shape, v.dtype) if g is None else g for g in gs]))
   return out
 
 
@@ -504,7 +513,7 @@ def run_helper(fn, mode):
 def hand_rnn_loss(x, y):
   h = tf.zeros([1, H])
   for t in tf.range(T):
-    h = tf.tanh(tf.matmul(x[t:t + 1], W) + tf.matmul(h, U) + BIAS)
+    h = tf.tanh(tf.matmul(x[t][None], W) + tf.matmul(h, U) + BIAS)
   return tf.reduce_sum(tf.square(tf.matmul(h, V) - y))
 
 
@@ -587,10 +596,11 @@ def test_per_example_transposed_acc(mode):
 
 def shared_f64_loss(x):
   # the same weight applied twice per step (input and recurrence), float64
-  h = tf.zeros([D], tf.float64)
-  for t in tf.range(T):
-    h = tf.tanh(tf.linalg.matvec(W64, x[t]) + tf.linalg.matvec(W64, h) * 0.5
-                + tf.linalg.matvec(U64, h, transpose_a=True))
+  def step(t, h):
+    return t + 1, tf.tanh(tf.linalg.matvec(W64, x[t]) + tf.linalg.matvec(W64, h) * 0.5
+                          + tf.linalg.matvec(U64, h, transpose_a=True))
+  _, h = tf.while_loop(lambda t, h: t < T, step, (0, tf.zeros([D], tf.float64)),
+                       maximum_iterations=T)
   return tf.reduce_sum(h ** 2)
 
 

@@ -202,3 +202,24 @@ def test_keras_lstm_per_example_gradients_write_lists_in_place():
       np.testing.assert_allclose(g[k], tf.convert_to_tensor(w), rtol=1e-4, atol=1e-6)
   types = _op_types(per_example)
   assert not any("Scatter" in t and "Segment" not in t for t in types), types
+
+
+def test_a_conditional_on_an_invariant_predicate_whose_branches_write_differently():
+  """One branch writes a stacked item into an invariant list (a UniformList), the other
+  returns the list as it is: the conditional's output is one kind for both branches (the
+  branches' structures differed: a crash)."""
+  flag = tf.Variable(True)
+
+  def body(i):
+    ta = tf.TensorArray(tf.float32, size=2, element_shape=[3]).write(1, tf.ones([3]))
+    ta = tf.cond(flag, lambda: ta.write(0, X[i, 0]), lambda: ta)
+    return ta.stack()
+
+  for value in (True, False):
+    flag.assign(value)
+    got = vectorize.pfor(body, 5, fallback_to_while_loop=False)
+    want = _looped(body, 5)
+    if isinstance(got, tf.RaggedTensor):   # a list through a conditional: not proven
+      np.testing.assert_array_equal(got.row_lengths(), [2] * 5)
+      got = got.to_tensor()
+    np.testing.assert_allclose(got, want)

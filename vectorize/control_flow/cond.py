@@ -150,7 +150,9 @@ def _invariant_choice(op, graphs, choose):
   def branch_fn(graph):
     def fn():
       outputs, _ = walker.convert_graph(graph, args, ctx)
-      outs = [stack(v, ctx.n) if flag else v.tensor for v, flag in zip(outputs, flags)]
+      # A list kept as a UniformList in one branch may be a DenseList in another: dense.
+      outs = [lists.as_dense(stack(v, ctx.n)) if flag else v.tensor
+              for v, flag in zip(outputs, flags)]
       return [lists.pad_capacity(t, capacities[k]) if k in capacities else t
               for k, t in enumerate(outs)]
     return fn
