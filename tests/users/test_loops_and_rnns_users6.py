@@ -414,6 +414,20 @@ def p_continue_int32(i):
   return total
 
 
+def p_read_previous(i):
+  # each step reads the state written two steps earlier (a skip connection through the array)
+  ta = tf.TensorArray(tf.float32, size=T, element_shape=[D], clear_after_read=False)
+  h = tf.zeros([D])
+  for t in tf.range(LENS1[i]):
+    if t >= 2:
+      skip = ta.read(t - 2)
+    else:
+      skip = tf.zeros([D])
+    h = tf.tanh(0.5 * h + 0.5 * skip + X[i, t])
+    ta = ta.write(t, h)
+  return ta.stack(), h
+
+
 PFOR_PROGRAMS = {
     "fixed_ta_cumsum": (p_fixed_ta_cumsum, ALLF),
     "dynamic_ta_per_example": (p_dynamic_ta_per_example, NOXLA + ("runtime_n0",)),
@@ -443,6 +457,7 @@ PFOR_PROGRAMS = {
     "ta_split": (p_ta_split, ("eager", "function")),
     "break_per_example": (p_break_per_example, ALLF),
     "continue_int32": (p_continue_int32, ALL),
+    "read_previous": (p_read_previous, ALL),
 }
 
 # ---------------------------------------------------------------- area 2: hand RNNs
@@ -733,6 +748,25 @@ def test_clipped_len_rnn_bounded(mode):
       len_rnn_loss_bounded, vs, X, LENS1, l2_norm_clip=0.3, return_norms=True, **NOFB), mode)
   assert_same(list(got), want)
   assert_same(norms, want_norms)
+
+
+def test_clipped_len_rnn_with_empty_sequence():
+  # LENS has a zero-length example: its gradient is zero, its norm 0, its clip factor 1
+  vs = [W, U, V]
+  want, want_norms = ref_clipped(len_rnn_loss_bounded, vs, X, LENS, clip=0.3)
+  assert float(want_norms[3]) == 0.0
+  got, norms = vectorize.clipped_gradient_sum(len_rnn_loss_bounded, vs, X, LENS,
+                                              l2_norm_clip=0.3, return_norms=True, **NOFB)
+  assert_same(list(got), want)
+  assert_same(norms, want_norms)
+
+
+@pytest.mark.parametrize("name", ["collatz", "fixed_ta_per_example_trip", "read_previous"])
+def test_pfor_parallel_iterations(name):
+  body = PFOR_PROGRAMS[name][0]
+  want = ref_loop(body, B)
+  got = tf.function(lambda: vectorize.pfor(body, B, parallel_iterations=2, **NOFB))()
+  assert_same(got, want)
 
 
 # ---------------------------------------------------------------- area 3: Keras RNNs
