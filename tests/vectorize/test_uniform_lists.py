@@ -1,11 +1,14 @@
 """UniformLists: a TensorList that every iteration writes at the same positions, held as one
 TensorList of stacked elements and written in place (vectorize/lists.py)."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import vectorize
+from tests import testing
 
 X = tf.constant(np.random.default_rng(0).standard_normal([5, 7, 3]), tf.float32)
 
@@ -18,16 +21,8 @@ def _looped(body, n):
 
 def _op_types(fn):
   """Every op type in the graph of `fn` and the functions it calls, with counts."""
-  counts = {}
-
-  def walk(graph):
-    for op in graph.get_operations():
-      counts[op.type] = counts.get(op.type, 0) + 1
-    for f in graph._functions.values():   # pylint: disable=protected-access
-      walk(f.graph)
-
-  walk(tf.function(fn).get_concrete_function().graph)
-  return counts
+  return collections.Counter(
+      testing.all_op_types(tf.function(fn).get_concrete_function().graph))
 
 
 def _pushes(i, dynamic=True):

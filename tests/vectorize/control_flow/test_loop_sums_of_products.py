@@ -1,11 +1,14 @@
 """A loop variable the body only adds a matrix product to (a weight's gradient in a loop's
 gradient) is carried as its factors and summed by one contraction after the loop."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import vectorize
+from tests import testing
 
 X = tf.constant(np.random.default_rng(1).standard_normal([6, 9, 4]), tf.float32)
 W = tf.constant(np.random.default_rng(2).standard_normal([4, 5]) * 0.3, tf.float32)
@@ -18,16 +21,9 @@ def _looped(body, n):
 
 
 def _op_types(fn):
-  counts = {}
-
-  def walk(graph):
-    for op in graph.get_operations():
-      counts[op.type] = counts.get(op.type, 0) + 1
-    for f in graph._functions.values():   # pylint: disable=protected-access
-      walk(f.graph)
-
-  walk(tf.function(fn).get_concrete_function().graph)
-  return counts
+  """Every op type in the graph of `fn` and the functions it calls, with counts."""
+  return collections.Counter(
+      testing.all_op_types(tf.function(fn).get_concrete_function().graph))
 
 
 def _rnn_weight_gradients(i):
