@@ -78,7 +78,8 @@ def _convert_batch_mat_mul(op):
   """Broadcasts batch dims, so an invariant operand is never tiled.
 
   A stacked x against an invariant matrix y (rank 2, no adjoint on x) is one 2-D MatMul over
-  all rows of x. BatchMatMul (V1) does not broadcast, so it becomes BatchMatMulV2.
+  all rows of x. BatchMatMul (V1) does not broadcast, so it becomes BatchMatMulV2, as does
+  V3 of one dtype (graph_io.batch_matmul steers clear of a oneDNN kernel bug).
   """
   x, y = op.value(0), op.value(1)
   adj_x, adj_y = op.attr("adj_x"), op.attr("adj_y")
@@ -88,9 +89,9 @@ def _convert_batch_mat_mul(op):
     w = tf.math.conj(y.tensor) if adj_y and y.dtype.is_complex else y.tensor
     return stacked(_fold_rows_matmul(x.tensor, w, adj_y))
   xs, ys = op.align_for_broadcast()
-  if op.type == "BatchMatMul":
-    return stacked(graph_io.batch_matmul(xs, ys, adj_x, adj_y))
-  return stacked(op.rebuild([xs, ys])[0])
+  if op.type == "BatchMatMulV3" and not same_dtype:
+    return stacked(op.rebuild([xs, ys])[0])
+  return stacked(graph_io.batch_matmul(xs, ys, adj_x, adj_y))
 
 
 @register("Einsum", "XlaEinsum")

@@ -255,21 +255,21 @@ def _is_number(value):
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False):
-  """`tf.linalg.matmul` of real matrices, or of batches of them of one rank (no
-  broadcasting of a matrix against a batch: that goes through TF's layer).
+  """`tf.linalg.matmul` of real matrices or batches of them, emitted directly.
 
   Batches of one dtype are BatchMatMulV2: oneDNN's CPU rewrite takes V2 and not V3, and
   Eigen's V3 kernel took 1.3x its time on per_example_lstm's `[128, 10, 384]^T x
   [128, 10, 1024]` (vectorize 0.90 of before, bit-identical)."""
-  rank = a.shape.rank
-  if a.dtype.is_complex or rank is None or rank != b.shape.rank or rank < 2:
+  ranks = a.shape.rank, b.shape.rank
+  if a.dtype.is_complex or None in ranks or min(ranks) < 2:
     return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-  if rank == 2:
+  if ranks == (2, 2):
     return emit("MatMul", [a, b], {"T": _type(a.dtype), "transpose_a": _bool(transpose_a),
                                    "transpose_b": _bool(transpose_b)}).outputs[0]
   if a.dtype == b.dtype:
-    return emit("BatchMatMulV2", [a, b], {"T": _type(a.dtype), "adj_x": _bool(transpose_a),
-                                          "adj_y": _bool(transpose_b)}).outputs[0]
+    return batch_matmul(a, b, transpose_a, transpose_b)
+  if ranks[0] != ranks[1]:
+    return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
   return emit("BatchMatMulV3", [a, b], {
       "Ta": _type(a.dtype), "Tb": _type(b.dtype), "Tout": _type(a.dtype),
       "adj_x": _bool(transpose_a), "adj_y": _bool(transpose_b)}).outputs[0]
@@ -277,9 +277,32 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
 
 def batch_matmul(x, y, adj_x=False, adj_y=False):
   """BatchMatMulV2 (batch dims broadcast) of one dtype, emitted directly: the walker makes
-  one per matmul it cannot fold, and TF's op layer costs more than the op's own node."""
-  return emit("BatchMatMulV2", [x, y], {"T": _type(x.dtype), "adj_x": _bool(adj_x),
-                                        "adj_y": _bool(adj_y)}).outputs[0]
+  one per matmul it cannot fold, and TF's op layer costs more than the op's own node.
+
+  A batch dim that is 1 in both operands is squeezed out and put back on the product: TF
+  2.21's oneDNN kernel (CPU, float32 and bfloat16) returns garbage, or corrupts the heap, for
+  rank-4 operands whose batch dims are `[b, 1]` against `[1, 1]` (b >= 3, six rows or more),
+  the shape the loop axis gives a per-iteration `[1, m, k] @ [1, k, p]`.
+  """
+  rx, ry = x.shape.rank, y.shape.rank
+  ones = []
+  if rx is not None and ry is not None:
+    rank = max(rx, ry)
+    x_batch = [1] * (rank - rx) + x.shape.as_list()[:-2]
+    y_batch = [1] * (rank - ry) + y.shape.as_list()[:-2]
+    ones = [d for d in range(rank - 2) if x_batch[d] == 1 and y_batch[d] == 1]
+  if ones:
+    x = _squeeze(x, [d - (rank - rx) for d in ones if d >= rank - rx])
+    y = _squeeze(y, [d - (rank - ry) for d in ones if d >= rank - ry])
+  product = emit("BatchMatMulV2", [x, y], {"T": _type(x.dtype), "adj_x": _bool(adj_x),
+                                           "adj_y": _bool(adj_y)}).outputs[0]
+  for d in ones:
+    product = tf.expand_dims(product, d)
+  return product
+
+
+def _squeeze(tensor, axes):
+  return tf.squeeze(tensor, axes) if axes else tensor
 
 
 def _bool(value):
