@@ -541,3 +541,41 @@ def keep_unlowered(made):
     op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
                  attr_value_pb2.AttrValue(b=False))
   return made
+
+
+def while_loop(cond, body, loop_vars, shape_invariants=None, **kwargs):
+  """`tf.while_loop` that is safe from Grappler's shape inference, for loops we emit.
+
+  Lowered to Switch / Merge, a loop is shape-inferred by Grappler from its first iteration:
+  a loop variable whose shape changes (the live lanes of a loop of per-iteration trips, a
+  growing stack) keeps the initial shape wherever a value is sized from it, so
+  `tf.size(tf.range(tf.size(live)))` is folded to a constant and the body computes with a
+  stale size (TF 2.21; plain `tf.function` loops show it: a wrong count, or a RaggedRange
+  whose starts and limits differ in size; fuzz seed 3200748). Inside the loop's functions,
+  each variable whose invariant is not fully defined passes through a PlaceholderWithDefault
+  of that invariant: its shape is what the invariant says, and Grappler folds nothing
+  through it. The loop is then kept functional where Grappler breaks lowered loops
+  otherwise (`keep_unlowered_where_grappler_breaks`).
+  """
+  invariants = tf.nest.flatten(shape_invariants) if shape_invariants is not None else []
+
+  def opaque(state):
+    flat = tf.nest.flatten(state)
+    if len(flat) != len(invariants):
+      return state
+    return tf.nest.pack_sequence_as(state, [
+        _with_shape(t, shape) for t, shape in zip(flat, invariants)])
+
+  results = tf.while_loop(lambda *state: cond(*opaque(state)),
+                          lambda *state: body(*opaque(state)),
+                          loop_vars, shape_invariants=shape_invariants, **kwargs)
+  keep_unlowered_where_grappler_breaks(tf.nest.flatten(results)[0])
+  return results
+
+
+def _with_shape(t, shape):
+  """`t` through a PlaceholderWithDefault of `shape` where `shape` leaves dims unknown."""
+  if (not isinstance(t, tf.Tensor) or not isinstance(shape, tf.TensorShape) or
+      shape.is_fully_defined() or t.dtype in (tf.variant, tf.resource)):
+    return t
+  return tf.raw_ops.PlaceholderWithDefault(input=t, shape=shape)

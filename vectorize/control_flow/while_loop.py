@@ -409,13 +409,12 @@ def _invariant_loop(op, cond_graph, body, init, flags, reads, sums):
                      lambda k, new: reads.written(k, state[k], new), sums)
 
   start = [sums[k].empty_factors(ctx) if k in sums else v.tensor for k, v in enumerate(init)]
-  results = tf.while_loop(
+  results = graph_io.while_loop(
       cond, step, start,
       shape_invariants=[_FACTOR_LISTS if k in sums else _shape_invariant(op, k, v.tensor, f)
                         for k, (v, f) in enumerate(zip(init, flags))],
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
-  graph_io.keep_unlowered_where_grappler_breaks(tf.nest.flatten(results)[0])
   results = [sums[k].total(init[k], t, ctx) if k in sums else t
              for k, t in enumerate(typed(results))]
   return [Value(t, f) for t, f in zip(results, flags)]
@@ -564,13 +563,12 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
   full_shapes = [_shape_invariant(op, k, v.tensor, f) for k, (v, f) in
                  enumerate(zip(init, flags))]
   invariants = strategy.shape_invariants(ctx, state, full_shapes, fixed)
-  results = tf.while_loop(
+  results = graph_io.while_loop(
       lambda *loop: strategy.any_live(_unpack(loop, state)),
       lambda *loop: _pack(step(_unpack(loop, state))),
       _pack(state), shape_invariants=(invariants.live, invariants.values, invariants.carry),
       parallel_iterations=op.attr("parallel_iterations"),
       maximum_iterations=_maximum_iterations(op, body))
-  graph_io.keep_unlowered_where_grappler_breaks(tf.nest.flatten(results)[0])
   return strategy.finals(_unpack(results, state), init, fixed)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
+from vectorize import graph_io
 from vectorize.errors import ConversionError
 from vectorize.pc import engine_bridge, ir
 from vectorize.pc.allocation import REGISTER, STACK
@@ -124,7 +125,7 @@ class _Machine:
                           for k, s in shapes["stacks"].items()}
     final = files
     if inputs[0].shape[0] != 0:     # batch 0: nothing runs (a scatter into it would not build)
-      final = tf.while_loop(
+      final = graph_io.while_loop(
           lambda s: s["next"][0] < self.halt,
           self.step, [state], shape_invariants=[shapes],
           maximum_iterations=self.max_steps)[0]["files"]

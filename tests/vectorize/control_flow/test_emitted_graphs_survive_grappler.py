@@ -145,3 +145,54 @@ def test_a_loop_invariant_cond_that_adds_a_value_to_itself_and_writes(n, mode):
       body, n, output_spec=tf.TensorSpec([3], tf.float32)))
   testing.assert_allclose(got, want)
   assert got_total == want_total == 6 * n
+
+
+# Lowered, a loop is shape-inferred by Grappler from its first iteration: a value sized from
+# a loop variable whose shape changes (the live lanes of a loop of per-iteration trips) kept
+# the first iteration's size, and a RaggedRange got starts and limits of different sizes
+# (fuzz seed 3200748; `graph_io.while_loop`).
+WORDS = tf.constant([[1, 2, -1, 3], [-2, 4, 5, -1], [1, 1, 1, 1], [-1, -1, 2, -3]])
+COUNTER = tf.Variable([[0.5]])
+
+
+def _ragged_read_in_a_loop_of_per_iteration_trips(i):
+  row = WORDS[i]
+  words = tf.strings.split(tf.strings.reduce_join(tf.where(row > 0, "ab", " "), separator=""))
+  lengths = tf.strings.length(words)                 # per-iteration length: ragged
+
+  def step(j, c):
+    def count():
+      total = tf.reduce_mean(tf.cast(tf.cumsum(lengths, axis=0), tf.float32))
+      COUNTER.assign_sub([[total]], read_value=False)
+      return total
+    c = c + tf.cond(i < 1, count, lambda: 1.0)
+    return j + 1, c
+  return tf.while_loop(lambda j, c: j < tf.maximum(i, 1), step, (0, 0.0),
+                       maximum_iterations=5)[1]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("n", [1, 4])
+def test_ragged_value_read_in_a_loop_of_per_iteration_trips(n, mode):
+  body = _ragged_read_in_a_loop_of_per_iteration_trips
+  start = COUNTER.numpy()
+  expected = testing.sequential(body, n)
+  expected_counter = COUNTER.numpy()
+  COUNTER.assign(start)
+  testing.assert_allclose(testing.run_pfor(body, n, mode), expected)
+  np.testing.assert_allclose(COUNTER.numpy(), expected_counter, rtol=1e-6)
+
+
+def test_loop_variables_of_changing_shape_keep_no_folded_size():
+  """`tf.size(tf.range(tf.size(live)))` in a loop whose `live` shrinks from [1] to []."""
+  from vectorize import graph_io  # pylint: disable=g-import-not-at-top
+
+  @tf.function
+  def count():
+    def body(j, live, total):
+      kept = tf.reshape(tf.where(live < 0), [-1])
+      return j + 1, tf.gather(live, kept), total + tf.size(tf.range(tf.size(live)))
+    return graph_io.while_loop(lambda j, live, total: j < 3, body, (0, tf.range(1), 0),
+                               shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
+                                                 tf.TensorShape([])))[2]
+  assert count().numpy() == 1
