@@ -374,7 +374,8 @@ class Generator(RaggedPool, LatePool, PatternPool):
     if ta:
       r, k = k, r
     m = self.rng.choice([1, 2, 3])
-    bbatch = batch if (batch and self.rng.random() < 0.6) else ()
+    draw = self.rng.random() if batch else 1.0   # b's batch: a's, all ones, or none
+    bbatch = batch if draw < 0.6 else (1,) * len(batch) if draw < 0.75 else ()
     bshape = bbatch + ((m, k) if tb else (k, m))
     b = self.operand(bshape, FLOAT)
     out = batch + (r, m)
