@@ -142,7 +142,7 @@ def convert_checked(body, ctx):
     restored = [v.assign(b) for v, b in zip(variables, before)]
   iterations = _iterations(n, options.CHECK_ALL if variables else sample)
   with tf.control_dependencies(restored):
-    failure = _first_difference(body, probes, outputs, iterations)
+    failure = _first_difference(body, probes, outputs, iterations, _tolerances(probes))
   holds = tf.equal(failure[0], len(probes))
   descriptions = tf.constant([_describe(t, ctx) for t in probes] + [""])
   message = tf.strings.join([
@@ -174,7 +174,7 @@ def _iterations(n, sample):
   return tf.range(0, n, stride)
 
 
-def _first_difference(body, probes, outputs, iterations):
+def _first_difference(body, probes, outputs, iterations, tolerances):
   """(index of the first probe whose value differs in some checked iteration, or
   len(probes); that iteration), from one sequential loop over `iterations`."""
   graph = body.graph
@@ -184,7 +184,7 @@ def _first_difference(body, probes, outputs, iterations):
   def step(k, first, at):
     i = iterations[k]
     loop_values = _run_once(graph, i, captured, probes)
-    same = [_same(_row(o, i), r) for o, r in zip(outputs, loop_values)]
+    same = [_same(_row(o, i), r, tol) for o, r, tol in zip(outputs, loop_values, tolerances)]
     differs = tf.logical_not(tf.stack(same + [tf.constant(False)]))
     here = tf.cast(tf.argmax(tf.cast(differs, tf.int32)), tf.int32)
     here = tf.where(tf.reduce_any(differs), here, count)
@@ -327,9 +327,23 @@ def _row(converted, i):
   return tf.gather(converted.tensor, i) if converted.stacked else converted.tensor
 
 
-def _same(vectorized, loop):
+def _tolerances(probes):
+  """Each probe's relative tolerance: the loosest of its dtype's and of every float value it
+  is computed from. A float32 value computed from bfloat16 ones carries their rounding (XLA
+  may round a bfloat16 matmul differently from the loop's kernel), so it is compared as
+  bfloat16."""
+  loosest = {}
+  for op in graph_io.ops_in_order(probes):
+    inherited = max([loosest.get(x.ref(), _TOLERANCE.get(x.dtype, 0.0)) for x in op.inputs],
+                    default=0.0)
+    for t in op.outputs:
+      loosest[t.ref()] = max(inherited, _TOLERANCE.get(t.dtype, 0.0))
+  return [loosest.get(t.ref()) or None for t in probes]
+
+
+def _same(vectorized, loop, tolerance=None):
   """Whether a vectorized value equals the loop's: the same dtype, shape and values (within
-  the dtype's tolerance). True for what is not compared (None)."""
+  `tolerance`, or the dtype's). True for what is not compared (None)."""
   if vectorized is None:
     return tf.constant(True)
   if vectorized.dtype != loop.dtype or (vectorized.shape.rank is not None and
@@ -339,13 +353,13 @@ def _same(vectorized, loop):
   same_shape = tf.reduce_all(tf.equal(tf.shape(vectorized), tf.shape(loop)))
   a, b = tf.reshape(vectorized, [-1]), tf.reshape(loop, [-1])
   m = tf.minimum(tf.size(a), tf.size(b))
-  return tf.logical_and(same_shape, _close(a[:m], b[:m]))
+  return tf.logical_and(same_shape, _close(a[:m], b[:m], tolerance))
 
 
-def _close(a, b):
-  tolerance = _TOLERANCE.get(a.dtype)
-  if tolerance is None:
+def _close(a, b, tolerance=None):
+  if a.dtype not in _TOLERANCE:
     return tf.reduce_all(tf.equal(a, b))
+  tolerance = max(tolerance or 0.0, _TOLERANCE[a.dtype])
   scale = 1.0 + tf.reduce_max(tf.concat([[0.0], tf.reshape(
       tf.where(tf.math.is_finite(tf.abs(b)), tf.cast(tf.abs(b), tf.float32), 0.0), [-1])],
       0))

@@ -216,3 +216,31 @@ def test_a_generator_skipped_by_its_raw_handle_is_not_checked_and_skipped_once()
   for i in range(5):
     body(tf.constant(i))
   np.testing.assert_array_equal(got, generator.state.numpy())
+
+
+_BF16_X = tf.cast(tf.constant(np.random.default_rng(7).normal(size=[4, 5, 8]), tf.float32),
+                  tf.bfloat16)
+_BF16_W = tf.cast(tf.constant(np.random.default_rng(8).normal(size=[8, 8]), tf.float32),
+                  tf.bfloat16)
+
+
+def _bf16_scores(i):
+  """A bfloat16 product cast to float32, as Keras attention casts its scores."""
+  return tf.nn.softmax(tf.cast(_BF16_X[i] @ _BF16_W, tf.float32))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_float32_values_computed_from_bfloat16_are_compared_as_bfloat16(jit):
+  """Under XLA the bfloat16 product rounds differently from the loop's kernel; the float32
+  values after it carry that rounding and are not a difference (users round 7)."""
+  expected = testing.sequential(_bf16_scores, 4)
+  with vectorize.checked(sample=None):
+    out = tf.function(lambda: vectorize.pfor(_bf16_scores, 4), jit_compile=jit)()
+  testing.assert_allclose(out, expected, tol=1e-2)
+
+
+def test_a_wrong_converter_after_a_bfloat16_value_is_still_caught(monkeypatch):
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  body = lambda i: tf.sin(tf.cast(_BF16_X[i], tf.float32))
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Sin op"):
+    vectorize.pfor(body, 4)
