@@ -5,5 +5,8 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _checked_mode(monkeypatch):
-  monkeypatch.setenv("VECTORIZE_CHECKED", "1")
+def _checked_mode(request, monkeypatch):
+  """On, except for a test marked `unchecked` (one that checks pfor's own variable state:
+  the checked mode leaves the loop's)."""
+  if not request.node.get_closest_marker("unchecked"):
+    monkeypatch.setenv("VECTORIZE_CHECKED", "1")
