@@ -3,7 +3,10 @@ lengths (static, run-time, zero), dtypes and modes (tf.function, eager, XLA).
 
 Every stacking pattern runs with each dtype combination at n = 3, and with the first one under
 XLA; the first combination also runs, for the patterns that stack one argument or all of
-them, at the case's other loop lengths (1 and 0) and with n known only at run time."""
+them, at the case's other loop lengths (1 and 0) and with n known only at run time.
+
+Under XLA a case's patterns are compiled as one function: a compile's fixed cost was most of
+an XLA test's time. A failure reruns the patterns one at a time to name the one that fails."""
 
 import numpy as np
 import pytest
@@ -41,7 +44,7 @@ def _instances():
   for case in ALL_CASES:
     dtype_combos = case.dtype_combinations()
     for pattern in case.stacking_patterns():
-      pattern_id = ",".join("stacked" if s else "invariant" for s in pattern)
+      pattern_id = _pattern_id(pattern)
       for combo_index, dtypes in enumerate(dtype_combos):
         dtype_id = "-".join(sorted({d.name for d in dtypes}))
         for n in _loop_lengths(case, pattern, combo_index):
@@ -54,12 +57,12 @@ def _instances():
 
 def _xla_instances():
   for case in ALL_CASES:
-    dtypes = case.dtype_combinations()[0]
-    for pattern in case.stacking_patterns():
-      pattern_id = ",".join("stacked" if s else "invariant" for s in pattern)
-      marks = [] if case.xla is True else [pytest.mark.skip(reason=str(case.xla))]
-      yield pytest.param(case, pattern, dtypes, 3, "xla", marks=marks,
-                         id=f"{case.name}-{pattern_id}-n3-xla")
+    marks = [] if case.xla is True else [pytest.mark.skip(reason=str(case.xla))]
+    yield pytest.param(case, marks=marks, id=f"{case.name}-n3-xla")
+
+
+def _pattern_id(pattern):
+  return ",".join("stacked" if s else "invariant" for s in pattern)
 
 
 def _arguments(case, pattern, dtypes, n, seed=0):
@@ -81,26 +84,19 @@ def _body_for(case, pattern, arguments):
 
 
 def _run(case, pattern, args, n, mode):
-  """pfor of the case's body. In 'dynamic' and 'xla' modes the arguments are inputs of the
-  compiled function (run-time values, not constants); 'dynamic' also feeds n at run time
-  and leaves the stacked arguments' leading dim unknown."""
+  """pfor of the case's body. In 'dynamic' mode the arguments are inputs of the compiled
+  function (run-time values, not constants), n is fed at run time and the stacked
+  arguments' leading dim is unknown."""
   fallback = case.allow_fallback
   if mode == "function" or not case.runtime_args:
     return testing.run_pfor(_body_for(case, pattern, args), n, mode=mode, fallback=fallback)
   specs = [tf.TensorSpec(([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
            for a, s in zip(args, pattern)]
-  if mode == "dynamic":
-    fn = tf.function(
-        lambda m, *a: vectorize.pfor(_body_for(case, pattern, a), m,
-                                     fallback_to_while_loop=fallback),
-        input_signature=[tf.TensorSpec([], tf.int32)] + specs, autograph=False)
-    out = fn(tf.constant(n), *args)
-  else:
-    fn = tf.function(lambda *a: vectorize.pfor(_body_for(case, pattern, a), n,
-                                               fallback_to_while_loop=fallback),
-                     jit_compile=True, autograph=False)
-    out = fn(*args)
-  return tf.nest.map_structure(np.asarray, out)
+  fn = tf.function(
+      lambda m, *a: vectorize.pfor(_body_for(case, pattern, a), m,
+                                   fallback_to_while_loop=fallback),
+      input_signature=[tf.TensorSpec([], tf.int32)] + specs, autograph=False)
+  return tf.nest.map_structure(np.asarray, fn(tf.constant(n), *args))
 
 
 def check_case(case, pattern, dtypes, n, mode):
@@ -122,6 +118,49 @@ def test_op_case(case, pattern, dtypes, n, mode):
   check_case(case, pattern, dtypes, n, mode)
 
 
-@pytest.mark.parametrize("case,pattern,dtypes,n,mode", list(_xla_instances()))
-def test_op_case_xla(case, pattern, dtypes, n, mode):
-  check_case(case, pattern, dtypes, n, mode)
+def check_patterns_xla(case, patterns):
+  """The case's body for each stacking pattern, n = 3, in one XLA-compiled function."""
+  dtypes = case.dtype_combinations()[0]
+  arguments = [_arguments(case, pattern, dtypes, 3) for pattern in patterns]
+  expected = [testing.sequential(_body_for(case, pattern, args), 3)
+              for pattern, args in zip(patterns, arguments)]
+
+  def vectorized(*flat_args):
+    flat_args = iter(flat_args)
+    outs = []
+    for pattern, args in zip(patterns, arguments):
+      if case.runtime_args:   # inputs of the compiled function, not constants
+        args = [next(flat_args) for _ in args]
+      outs.append(vectorize.pfor(_body_for(case, pattern, args), 3,
+                                 fallback_to_while_loop=case.allow_fallback))
+    return outs
+
+  flat_args = [a for args in arguments for a in args] if case.runtime_args else []
+  actual = tf.function(vectorized, jit_compile=True, autograph=False)(*flat_args)
+  for pattern, got, want in zip(patterns, actual, expected):
+    got = tf.nest.map_structure(np.asarray, got)
+    try:
+      if case.compare == "values":
+        testing.assert_allclose(got, want, case.tol)
+      else:
+        case.compare(got, want)
+    except AssertionError as e:
+      e.add_note(f"stacking pattern {_pattern_id(pattern)}, under XLA")
+      raise
+
+
+@pytest.mark.parametrize("case", list(_xla_instances()))
+def test_op_case_xla(case):
+  patterns = case.stacking_patterns()
+  try:
+    check_patterns_xla(case, patterns)
+  except Exception as e:   # pylint: disable=broad-except
+    if len(patterns) == 1:
+      raise
+    for pattern in patterns:
+      try:
+        check_patterns_xla(case, [pattern])
+      except Exception as alone:   # pylint: disable=broad-except
+        alone.add_note(f"stacking pattern {_pattern_id(pattern)}, under XLA")
+        raise alone from e
+    raise
