@@ -1,12 +1,14 @@
 """Every OpCase against the sequential reference, expanded over stacking patterns, loop
-lengths (static, run-time, zero), dtypes and modes (tf.function, eager, XLA).
+lengths (static, run-time, zero), dtypes and modes (tf.function, XLA).
 
 Every stacking pattern runs with each dtype combination at n = 3, and with the first one under
 XLA; the first combination also runs, for the patterns that stack one argument or all of
 them, at the case's other loop lengths (1 and 0) and with n known only at run time.
 
-Under XLA a case's patterns are compiled as one function: a compile's fixed cost was most of
-an XLA test's time. A failure reruns the patterns one at a time to name the one that fails."""
+A test runs every variant of a case's dtype combination in one tf.function (and under XLA
+every pattern in one compiled function): a function's tracing, first run and compile were
+most of a variant's time. A failure reruns the variants one at a time and names the first
+that fails alone (its stacking pattern and loop length) in the error."""
 
 import numpy as np
 import pytest
@@ -40,19 +42,26 @@ def _loop_lengths(case, pattern, combo_index):
   return (3,)
 
 
+def _variants(case, combo_index):
+  """The (pattern, n, mode) runs of one dtype combination."""
+  for pattern in case.stacking_patterns():
+    for n in _loop_lengths(case, pattern, combo_index):
+      yield pattern, n, "function"
+    if combo_index == 0 and _sizes_pattern(case, pattern):
+      yield pattern, 3, "dynamic"
+
+
+def _describe(variant):
+  pattern, n, mode = variant
+  return f"stacking pattern {_pattern_id(pattern)}, " + (
+      f"n = {n} known only at run time" if mode == "dynamic" else f"n = {n}")
+
+
 def _instances():
   for case in ALL_CASES:
-    dtype_combos = case.dtype_combinations()
-    for pattern in case.stacking_patterns():
-      pattern_id = _pattern_id(pattern)
-      for combo_index, dtypes in enumerate(dtype_combos):
-        dtype_id = "-".join(sorted({d.name for d in dtypes}))
-        for n in _loop_lengths(case, pattern, combo_index):
-          yield pytest.param(case, pattern, dtypes, n, "function",
-                             id=f"{case.name}-{pattern_id}-n{n}-{dtype_id}")
-        if combo_index == 0 and _sizes_pattern(case, pattern):
-          yield pytest.param(case, pattern, dtypes, 3, "dynamic",
-                             id=f"{case.name}-{pattern_id}-dynamic_n-{dtype_id}")
+    for combo_index, dtypes in enumerate(case.dtype_combinations()):
+      dtype_id = "-".join(sorted({d.name for d in dtypes}))
+      yield pytest.param(case, combo_index, id=f"{case.name}-{dtype_id}")
 
 
 def _xla_instances():
@@ -83,39 +92,72 @@ def _body_for(case, pattern, arguments):
   return body
 
 
-def _run(case, pattern, args, n, mode):
-  """pfor of the case's body. In 'dynamic' mode the arguments are inputs of the compiled
-  function (run-time values, not constants), n is fed at run time and the stacked
-  arguments' leading dim is unknown."""
-  fallback = case.allow_fallback
-  if mode == "function" or not case.runtime_args:
-    return testing.run_pfor(_body_for(case, pattern, args), n, mode=mode, fallback=fallback)
-  specs = [tf.TensorSpec(([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
-           for a, s in zip(args, pattern)]
-  fn = tf.function(
-      lambda m, *a: vectorize.pfor(_body_for(case, pattern, a), m,
-                                   fallback_to_while_loop=fallback),
-      input_signature=[tf.TensorSpec([], tf.int32)] + specs, autograph=False)
-  return tf.nest.map_structure(np.asarray, fn(tf.constant(n), *args))
+def check_variants(case, dtypes, variants):
+  """pfor of the case's body for each variant, all in one tf.function, against the loop.
+  A 'dynamic' variant's n is an input of the function, and so are its arguments (run-time
+  values with an unknown leading dim, not constants) where the case allows."""
+  runs = []
+  for pattern, n, mode in variants:
+    reference_args = _arguments(case, pattern, dtypes, max(n, 1))
+    args = reference_args if n else [a[:0] if s else a
+                                     for a, s in zip(reference_args, pattern)]
+    reference = _body_for(case, pattern, reference_args)
+    # The output spec (iteration 0 run once more) only for n = 0, where it is all there is.
+    expected = testing.sequential(reference, n) if n else testing.sequential(
+        None, 0, testing.example_spec(reference))
+    fed = mode == "dynamic" and case.runtime_args
+    runs.append((pattern, n, mode, args, fed, expected))
+  specs = [tf.TensorSpec([], tf.int32)] + [
+      tf.TensorSpec(([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
+      for pattern, _, _, args, fed, _ in runs if fed for a, s in zip(args, pattern)]
+
+  def vectorized(m, *fed_args):
+    fed_args = iter(fed_args)
+    outs = []
+    for pattern, n, mode, args, fed, _ in runs:
+      if fed:
+        args = [next(fed_args) for _ in args]
+      outs.append(vectorize.pfor(_body_for(case, pattern, args),
+                                 m if mode == "dynamic" else n,
+                                 fallback_to_while_loop=case.allow_fallback))
+    return outs
+
+  fn = tf.function(vectorized, input_signature=specs, autograph=False)
+  actual = fn(tf.constant(3), *[a for _, _, _, args, fed, _ in runs if fed for a in args])
+  for (pattern, n, mode, _, _, expected), got in zip(runs, actual):
+    got = tf.nest.map_structure(np.asarray, got)
+    if case.compare == "values":
+      testing.assert_allclose(got, expected, case.tol)
+    else:
+      case.compare(got, expected)
 
 
-def check_case(case, pattern, dtypes, n, mode):
-  reference_args = _arguments(case, pattern, dtypes, max(n, 1))
-  args = reference_args if n else [a[:0] if s else a for a, s in zip(reference_args, pattern)]
-  reference = _body_for(case, pattern, reference_args)
-  # The output spec (iteration 0 run once more) only for n = 0, where it is all there is.
-  expected = testing.sequential(reference, n) if n else testing.sequential(
-      None, 0, testing.example_spec(reference))
-  actual = _run(case, pattern, args, n, mode)
-  if case.compare == "values":
-    testing.assert_allclose(actual, expected, case.tol)
-  else:
-    case.compare(actual, expected)
+@pytest.mark.parametrize("case,combo_index", list(_instances()))
+def test_op_case(case, combo_index):
+  """Every variant of a dtype combination in one function: a function's tracing and first
+  run were a third of a variant's time. A failure reruns the variants one at a time to name
+  the one that fails."""
+  dtypes = case.dtype_combinations()[combo_index]
+  _one_then_each(lambda vs: check_variants(case, dtypes, vs),
+                 list(_variants(case, combo_index)), _describe)
 
 
-@pytest.mark.parametrize("case,pattern,dtypes,n,mode", list(_instances()))
-def test_op_case(case, pattern, dtypes, n, mode):
-  check_case(case, pattern, dtypes, n, mode)
+def _one_then_each(check, variants, describe):
+  """check(variants), and on failure check([v]) for each to raise the first that fails
+  alone, named; the group's error if none does."""
+  try:
+    check(variants)
+  except Exception as e:   # pylint: disable=broad-except
+    if len(variants) == 1:
+      e.add_note(describe(variants[0]))
+      raise
+    for variant in variants:
+      try:
+        check([variant])
+      except Exception as alone:   # pylint: disable=broad-except
+        alone.add_note(describe(variant))
+        raise alone from e
+    raise
 
 
 def check_patterns_xla(case, patterns):
@@ -139,28 +181,13 @@ def check_patterns_xla(case, patterns):
   actual = tf.function(vectorized, jit_compile=True, autograph=False)(*flat_args)
   for pattern, got, want in zip(patterns, actual, expected):
     got = tf.nest.map_structure(np.asarray, got)
-    try:
-      if case.compare == "values":
-        testing.assert_allclose(got, want, case.tol)
-      else:
-        case.compare(got, want)
-    except AssertionError as e:
-      e.add_note(f"stacking pattern {_pattern_id(pattern)}, under XLA")
-      raise
+    if case.compare == "values":
+      testing.assert_allclose(got, want, case.tol)
+    else:
+      case.compare(got, want)
 
 
 @pytest.mark.parametrize("case", list(_xla_instances()))
 def test_op_case_xla(case):
-  patterns = case.stacking_patterns()
-  try:
-    check_patterns_xla(case, patterns)
-  except Exception as e:   # pylint: disable=broad-except
-    if len(patterns) == 1:
-      raise
-    for pattern in patterns:
-      try:
-        check_patterns_xla(case, [pattern])
-      except Exception as alone:   # pylint: disable=broad-except
-        alone.add_note(f"stacking pattern {_pattern_id(pattern)}, under XLA")
-        raise alone from e
-    raise
+  _one_then_each(lambda patterns: check_patterns_xla(case, patterns), case.stacking_patterns(),
+                 lambda pattern: f"stacking pattern {_pattern_id(pattern)}, under XLA")
