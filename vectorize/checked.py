@@ -32,6 +32,7 @@ warning says so: check it without `jit_compile`, under `vectorize.static_shapes(
 import contextlib
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 
@@ -180,12 +181,12 @@ def _first_difference(body, probes, outputs, iterations, tolerances):
   graph = body.graph
   captured = body.traced.captured_inputs()
   count = len(probes)
+  comparison = _Comparison(outputs, probes, tolerances)
 
   def step(k, first, at):
     i = iterations[k]
     loop_values = _run_once(graph, i, captured, probes)
-    same = [_same(_row(o, i), r, tol) for o, r, tol in zip(outputs, loop_values, tolerances)]
-    differs = tf.logical_not(tf.stack(same + [tf.constant(False)]))
+    differs = tf.concat([comparison.differences(i, loop_values), [False]], 0)
     here = tf.cast(tf.argmax(tf.cast(differs, tf.int32)), tf.int32)
     here = tf.where(tf.reduce_any(differs), here, count)
     earlier = here < first
@@ -341,19 +342,146 @@ def _tolerances(probes):
   return [loosest.get(t.ref()) or None for t in probes]
 
 
-def _same(vectorized, loop, tolerance=None):
-  """Whether a vectorized value equals the loop's: the same dtype, shape and values (within
-  `tolerance`, or the dtype's). True for what is not compared (None)."""
-  if vectorized is None:
+class _Comparison:
+  """Whether each probe's vectorized value differs from the loop's at an iteration (a bool
+  vector): dtype, shape and values, floats within their tolerance (as `_close`).
+
+  Comparing each value on its own took thirty ops per value in the check's loop, which made
+  the check cost more than the conversion. Here the values are flattened into one vector per
+  dtype, compared at once and reduced per value. Values of a static shape (most) cost one
+  reshape in the loop: their vectorized side is flattened and joined outside it, to one
+  gathered row per dtype. Others (ragged, or a shape known only at run time) are cut to
+  their common size and their shapes compared at run time."""
+
+  def __init__(self, outputs, probes, tolerances):
+    self.count = len(probes)
+    self.constant = [False] * self.count   # values whose static shapes already differ
+    self.relative = [max(t or 0.0, _TOLERANCE.get(p.dtype, 0.0))
+                     for t, p in zip(tolerances, probes)]
+    self.static = {}    # dtype -> [(k, static size, vectorized Value flattened)]
+    self.dynamic = []   # [(k, converted)] compared at their run-time shapes
+    self.alone = []     # [(k, converted)] of a rank that may differ: `_differs_alone`
+    for k, (o, p) in enumerate(zip(outputs, probes)):
+      if o is None:
+        continue
+      shape = _per_iteration_shape(o)
+      if o.dtype != p.dtype:
+        self.constant[k] = True
+      elif shape is None or p.shape.rank is None or shape.rank != p.shape.rank:
+        self.alone.append((k, o))
+      elif shape.is_fully_defined() and p.shape.is_fully_defined():
+        if shape != p.shape:
+          self.constant[k] = True
+        else:
+          self.static.setdefault(o.dtype, []).append((k, shape.num_elements(), o))
+      else:
+        self.dynamic.append((k, o))
+    self.rows = {dtype: self._flat_rows(values) for dtype, values in self.static.items()}
+
+  @staticmethod
+  def _flat_rows(values):
+    """(the stacked values as one [n, size] tensor or None, the invariant ones as one
+    vector or None): built outside the loop, so each step gathers one row per dtype."""
+    stacked = [tf.reshape(o.tensor, [tf.shape(o.tensor)[0], size])
+               for _, size, o in values if o.stacked]
+    invariant = [tf.reshape(o.tensor, [size]) for _, size, o in values if not o.stacked]
+    return (tf.concat(stacked, 1) if stacked else None,
+            tf.concat(invariant, 0) if invariant else None)
+
+  def differences(self, i, loop):
+    bad = tf.constant(self.constant, tf.bool)
+    pieces = {}   # dtype -> [(ids, vectorized, loop)]
+    for dtype, values in self.static.items():
+      stacked_rows, invariant_row = self.rows[dtype]
+      order = ([v for v in values if v[2].stacked] + [v for v in values if not v[2].stacked])
+      vectorized = [r for r in (None if stacked_rows is None else stacked_rows[i],
+                                invariant_row) if r is not None]
+      ids = np.repeat([k for k, _, _ in order], [size for _, size, _ in order])
+      pieces.setdefault(dtype, []).append((
+          tf.constant(ids, tf.int32), _joined(vectorized),
+          _joined([_flat(loop[k]) for k, _, _ in order])))
+    shape_checks = []
+    for k, o in self.dynamic:
+      a, b = _row(o, i), loop[k]
+      shape_checks.append((k, tf.shape(a), tf.shape(b)))
+      a, b = _flat(a), _flat(b)
+      m = tf.minimum(tf.size(a), tf.size(b))
+      pieces.setdefault(o.dtype, []).append((_filled_like(a[:m], k), a[:m], b[:m]))
+    if shape_checks:
+      ids = [k for k, sa, _ in shape_checks for _ in range(sa.shape[0])]
+      unequal = tf.not_equal(tf.concat([sa for _, sa, _ in shape_checks], 0),
+                             tf.concat([sb for _, _, sb in shape_checks], 0))
+      bad = tf.logical_or(bad, self._any(unequal, tf.constant(ids, tf.int32)))
+    for dtype, group in pieces.items():
+      ids, a, b = (_joined([piece[j] for piece in group]) for j in range(3))
+      bad = tf.logical_or(bad, self._differ(dtype, ids, a, b))
+    if self.alone:
+      flags = [tf.constant(False)] * self.count
+      for k, o in self.alone:
+        flags[k] = _differs_alone(_row(o, i), loop[k], self.relative[k])
+      bad = tf.logical_or(bad, tf.stack(flags))
+    return bad
+
+  def _any(self, flags, ids):
+    """[count] bools: whether any of `flags` whose id is k is true (False where none is)."""
+    return tf.math.unsorted_segment_max(tf.cast(flags, tf.int32), ids, self.count) > 0
+
+  def _differ(self, dtype, ids, a, b):
+    """[count] bools: the values among the flat `a` and `b` (value k at `ids == k`) that
+    differ; floats (and complex ones' parts) within their tolerance, scaled by (1 + the
+    largest finite |loop value|) of each value."""
+    if dtype.is_complex:
+      ids = tf.concat([ids, ids], 0)
+      a, b = (tf.concat([tf.math.real(x), tf.math.imag(x)], 0) for x in (a, b))
+      dtype = a.dtype
+    if dtype not in _TOLERANCE:
+      return self._any(tf.not_equal(a, b), ids)
+    a, b = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
+    magnitude = tf.where(tf.math.is_finite(b), tf.abs(b), tf.zeros_like(b))
+    scale = 1.0 + tf.maximum(tf.math.unsorted_segment_max(magnitude, ids, self.count), 0.0)
+    allowed = tf.gather(tf.constant(self.relative, tf.float64) * scale, ids)
+    both_nan = tf.logical_and(tf.math.is_nan(a), tf.math.is_nan(b))
+    ok = tf.logical_or(tf.logical_or(both_nan, tf.equal(a, b)), tf.abs(a - b) <= allowed)
+    return self._any(tf.logical_not(ok), ids)
+
+
+def _per_iteration_shape(converted):
+  """The static shape of one iteration's value of a converted output (a ragged one's: its
+  rank, with unknown dims)."""
+  if isinstance(converted, ragged.RaggedRows):
+    rank = converted.values.shape.rank
+    if rank is not None and converted.dims is not None:
+      rank = rank - 1 + converted.dims.shape[1] if converted.dims.shape.rank == 2 else None
+    return tf.TensorShape(None if rank is None else [None] * rank)
+  shape = converted.tensor.shape
+  return shape[1:] if converted.stacked and shape.rank is not None else shape
+
+
+def _flat(t):
+  return t if t.shape.rank == 1 else tf.reshape(t, [-1])
+
+
+def _joined(vectors):
+  return vectors[0] if len(vectors) == 1 else tf.concat(vectors, 0)
+
+
+def _filled_like(x, k):
+  """An int32 vector of k, as long as the vector x, from elementwise ops only (an outer
+  pfor vectorizes this check too, where x's size may differ per iteration: no Fill)."""
+  zeros = tf.strings.length(x) * 0 if x.dtype == tf.string else tf.cast(
+      tf.raw_ops.ZerosLike(x=x), tf.int32)
+  return zeros + k
+
+
+def _differs_alone(a, b, tolerance):
+  """Whether one value differs, compared on its own (dtypes or ranks that may differ)."""
+  if a.dtype != b.dtype or (b.shape.rank is not None and a.shape.rank is not None and
+                            a.shape.rank != b.shape.rank):
     return tf.constant(True)
-  if vectorized.dtype != loop.dtype or (vectorized.shape.rank is not None and
-                                        loop.shape.rank is not None and
-                                        vectorized.shape.rank != loop.shape.rank):
-    return tf.constant(False)
-  same_shape = tf.reduce_all(tf.equal(tf.shape(vectorized), tf.shape(loop)))
-  a, b = tf.reshape(vectorized, [-1]), tf.reshape(loop, [-1])
+  same_shape = tf.reduce_all(tf.equal(tf.shape(a), tf.shape(b)))
+  a, b = tf.reshape(a, [-1]), tf.reshape(b, [-1])
   m = tf.minimum(tf.size(a), tf.size(b))
-  return tf.logical_and(same_shape, _close(a[:m], b[:m], tolerance))
+  return tf.logical_not(tf.logical_and(same_shape, _close(a[:m], b[:m], tolerance)))
 
 
 def _close(a, b, tolerance=None):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import vectorize
 from vectorize import cache
+from vectorize import ragged
 from vectorize import registry
 from vectorize.values import Value
 from tests import testing
@@ -244,3 +245,74 @@ def test_a_wrong_converter_after_a_bfloat16_value_is_still_caught(monkeypatch):
   body = lambda i: tf.sin(tf.cast(_BF16_X[i], tf.float32))
   with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Sin op"):
     vectorize.pfor(body, 4)
+
+
+# Each kind of value the check compares (it joins the values of one dtype into one vector,
+# flattens those of a static shape outside its loop, cuts those of a run-time shape to a common
+# size): a converter that returns its input unchanged is caught for each, and named, not the
+# correct value before it of the same dtype.
+def _returns_its_input(op):
+  return [op.value(0)]
+
+
+WRONG_KINDS = {   # name: (the op type broken, the per-example input, the body on it)
+    "float32": ("Neg", X, lambda x: tf.negative(x * 2.0) + 1.0),
+    "float64": ("Neg", tf.cast(X, tf.float64), lambda x: tf.negative(x * 2.0) + 1.0),
+    "bfloat16": ("Neg", tf.cast(X, tf.bfloat16), lambda x: tf.negative(x * 2.0)),
+    "complex64": ("Neg", tf.complex(X, -X), lambda x: tf.negative(x * 2.0)),
+    "int32": ("Neg", tf.constant([[1, 2, 3]] * 6), lambda x: tf.negative(x * 2) + 1),
+    "bool": ("LogicalNot", X > 0, lambda x: tf.logical_not(tf.logical_and(x, x))),
+    "string": ("StringUpper", tf.constant([["a", "bc", "d"]] * 6),
+               lambda x: tf.strings.upper(tf.strings.join([x, "q"]))),
+    "a matrix": ("Neg", tf.reshape(tf.range(36.0), [6, 2, 3]),
+                 lambda x: tf.negative(x * 2.0)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_KINDS))
+@pytest.mark.parametrize("shapes", ["static", "run-time"])
+def test_a_wrong_value_of_each_kind_is_caught_and_named(monkeypatch, kind, shapes):
+  op_type, data, fn = WRONG_KINDS[kind]
+  monkeypatch.setitem(registry._CONVERTERS, op_type, _returns_its_input)
+  spec = tf.TensorSpec([None] * data.shape.rank, data.dtype)
+
+  @tf.function(input_signature=[spec] if shapes == "run-time" else None)
+  def run(x):
+    return vectorize.pfor(lambda i: fn(x[i]), 6)
+
+  with vectorize.checked(), pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    run(data)
+  message = str(raised.value)
+  assert f"{op_type} op" in message and "iteration 0" in message, message[:600]
+
+
+def test_a_value_of_another_shape_is_caught(monkeypatch):
+  """(Where the shapes are static, the walker's own check refuses it at conversion.)"""
+  monkeypatch.setitem(registry._CONVERTERS, "Neg", lambda op: [
+      Value(tf.concat([op.value(0).tensor] * 2, -1), op.value(0).stacked)])
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+  def run(x):
+    return vectorize.pfor(lambda i: tf.reduce_sum(tf.negative(x[i])), 6)
+
+  with vectorize.checked(), pytest.raises(tf.errors.InvalidArgumentError, match="Neg op"):
+    run(X)
+
+
+def test_a_wrong_ragged_value_is_caught(monkeypatch):
+  monkeypatch.setitem(ragged._CONVERTERS, "Neg", _returns_its_input)
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Neg op"):
+    vectorize.pfor(lambda i: tf.negative(tf.range(LENGTHS[i]) + 1), 6)
+
+
+def test_a_difference_within_the_tolerance_passes(monkeypatch):
+  real = registry._CONVERTERS["Neg"]
+  monkeypatch.setitem(registry._CONVERTERS, "Neg", lambda op: [
+      Value(v.tensor * (1.0 + 1e-5), v.stacked) for v in real(op)])
+  with vectorize.checked():
+    out = vectorize.pfor(lambda i: tf.negative(X[i]), 6)
+  np.testing.assert_allclose(out, -X.numpy(), rtol=1e-4)
+  monkeypatch.setitem(registry._CONVERTERS, "Neg", lambda op: [
+      Value(v.tensor * 1.01, v.stacked) for v in real(op)])
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Neg op"):
+    vectorize.pfor(lambda i: tf.negative(X[i]) + 3.0, 6)
