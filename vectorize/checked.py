@@ -355,7 +355,7 @@ class _Comparison:
 
   def __init__(self, outputs, probes, tolerances):
     self.count = len(probes)
-    self.constant = [False] * self.count   # values whose static shapes already differ
+    self.constant = [False] * self.count   # values whose dtypes or static shapes differ
     self.relative = [max(t or 0.0, _TOLERANCE.get(p.dtype, 0.0))
                      for t, p in zip(tolerances, probes)]
     self.static = {}    # dtype -> [(k, static size, vectorized Value flattened)]
