@@ -90,18 +90,46 @@ def wanted(body):
 
 
 def _writes_unknown_resources(graph):
-  """Whether an op of the body writes a variable or a generator's state through a captured
-  handle that is not one of the body's `tf.Variable`s (whose values the check can put back)."""
+  """Whether an op of the body, or of a function it calls, writes a variable or a
+  generator's state through a handle that is not one of the body's `tf.Variable`s (whose
+  values the check can put back). A variable the body only writes without reading
+  (`assign_add(..., read_value=False)`) is not among them: TF lists the variables a graph
+  reads."""
   known = set()
   for external, internal in graph.captures:
     if any(external is v.handle for v in graph.variables):
       known.add(internal.ref())
+  return _writes_outside(graph, known, set())
+
+
+# Ops whose function inputs are their own inputs after the first (a branch index or predicate).
+_FUNCTION_INPUTS_AFTER_THE_FIRST = ("If", "StatelessIf", "Case", "StatelessCase")
+
+
+def _writes_outside(graph, known, seen):
+  """Whether an op of `graph` (or of a function it calls) writes through a handle not in
+  `known` (refs of `graph`'s tensors), following handles into called functions' inputs."""
+  def origin(t):
+    while t.op.type == "Identity":
+      t = t.op.inputs[0]
+    return t
+
   for op in graph.get_operations():
     if whole_body_loop.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
-      handle = op.inputs[0]
-      while handle.op.type == "Identity":
-        handle = handle.op.inputs[0]
+      handle = origin(op.inputs[0])
       if handle.op.type == "Placeholder" and handle.ref() not in known:
+        return True
+    for name in graph_io.function_names(op):
+      fn = graph_io.find_function(graph, name)
+      if fn is None:
+        continue
+      inputs = list(op.inputs)[1 if op.type in _FUNCTION_INPUTS_AFTER_THE_FIRST else 0:]
+      known_inputs = frozenset(k for k, t in enumerate(inputs) if origin(t).ref() in known)
+      if (name, known_inputs) in seen:
+        continue
+      seen.add((name, known_inputs))
+      inner = {t.ref() for k, t in enumerate(fn.graph.inputs) if k in known_inputs}
+      if _writes_outside(fn.graph, inner, seen):
         return True
   return False
 
