@@ -53,8 +53,9 @@ def _variants(case, combo_index):
 
 def _describe(variant):
   pattern, n, mode = variant
-  return f"stacking pattern {_pattern_id(pattern)}, " + (
-      f"n = {n} known only at run time" if mode == "dynamic" else f"n = {n}")
+  return f"stacking pattern {_pattern_id(pattern)}, " + {
+      "dynamic": f"n = {n} known only at run time", "xla": f"n = {n} under XLA"}.get(
+          mode, f"n = {n}")
 
 
 def _instances():
@@ -93,9 +94,10 @@ def _body_for(case, pattern, arguments):
 
 
 def check_variants(case, dtypes, variants):
-  """pfor of the case's body for each variant, all in one tf.function, against the loop.
-  A 'dynamic' variant's n is an input of the function, and so are its arguments (run-time
-  values with an unknown leading dim, not constants) where the case allows."""
+  """pfor of the case's body for each variant, all in one tf.function (XLA-compiled for
+  'xla' variants), against the loop. A 'dynamic' variant's n is an input of the function,
+  and so are its arguments (run-time values with an unknown leading dim, not constants)
+  where the case allows; an 'xla' variant's arguments too, at their shapes."""
   runs = []
   for pattern, n, mode in variants:
     reference_args = _arguments(case, pattern, dtypes, max(n, 1))
@@ -105,10 +107,12 @@ def check_variants(case, dtypes, variants):
     # The output spec (iteration 0 run once more) only for n = 0, where it is all there is.
     expected = testing.sequential(reference, n) if n else testing.sequential(
         None, 0, testing.example_spec(reference))
-    fed = mode == "dynamic" and case.runtime_args
+    fed = mode in ("dynamic", "xla") and case.runtime_args
     runs.append((pattern, n, mode, args, fed, expected))
+  xla = any(mode == "xla" for _, _, mode, _, _, _ in runs)
   specs = [tf.TensorSpec([], tf.int32)] + [
-      tf.TensorSpec(([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
+      tf.TensorSpec(a.shape if xla else
+                    ([None] if s else []) + a.shape.as_list()[1 if s else 0:], a.dtype)
       for pattern, _, _, args, fed, _ in runs if fed for a, s in zip(args, pattern)]
 
   def vectorized(m, *fed_args):
@@ -122,7 +126,7 @@ def check_variants(case, dtypes, variants):
                                  fallback_to_while_loop=case.allow_fallback))
     return outs
 
-  fn = tf.function(vectorized, input_signature=specs, autograph=False)
+  fn = tf.function(vectorized, input_signature=specs, autograph=False, jit_compile=xla)
   actual = fn(tf.constant(3), *[a for _, _, _, args, fed, _ in runs if fed for a in args])
   for (pattern, n, mode, _, _, expected), got in zip(runs, actual):
     got = tf.nest.map_structure(np.asarray, got)
@@ -160,34 +164,7 @@ def _one_then_each(check, variants, describe):
     raise
 
 
-def check_patterns_xla(case, patterns):
-  """The case's body for each stacking pattern, n = 3, in one XLA-compiled function."""
-  dtypes = case.dtype_combinations()[0]
-  arguments = [_arguments(case, pattern, dtypes, 3) for pattern in patterns]
-  expected = [testing.sequential(_body_for(case, pattern, args), 3)
-              for pattern, args in zip(patterns, arguments)]
-
-  def vectorized(*flat_args):
-    flat_args = iter(flat_args)
-    outs = []
-    for pattern, args in zip(patterns, arguments):
-      if case.runtime_args:   # inputs of the compiled function, not constants
-        args = [next(flat_args) for _ in args]
-      outs.append(vectorize.pfor(_body_for(case, pattern, args), 3,
-                                 fallback_to_while_loop=case.allow_fallback))
-    return outs
-
-  flat_args = [a for args in arguments for a in args] if case.runtime_args else []
-  actual = tf.function(vectorized, jit_compile=True, autograph=False)(*flat_args)
-  for pattern, got, want in zip(patterns, actual, expected):
-    got = tf.nest.map_structure(np.asarray, got)
-    if case.compare == "values":
-      testing.assert_allclose(got, want, case.tol)
-    else:
-      case.compare(got, want)
-
-
 @pytest.mark.parametrize("case", list(_xla_instances()))
 def test_op_case_xla(case):
-  _one_then_each(lambda patterns: check_patterns_xla(case, patterns), case.stacking_patterns(),
-                 lambda pattern: f"stacking pattern {_pattern_id(pattern)}, under XLA")
+  _one_then_each(lambda vs: check_variants(case, case.dtype_combinations()[0], vs),
+                 [(pattern, 3, "xla") for pattern in case.stacking_patterns()], _describe)
