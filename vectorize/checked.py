@@ -82,19 +82,27 @@ def wanted(body):
                     "run beside pfor would write its elements a second time).", CHECK_MARK)
     return False
   if _writes_unknown_resources(body.graph):
-    logging.warning("%s: a body that changes a resource it holds by its raw handle (not a "
-                    "tf.Variable it reads) is not checked (the loop run beside pfor would "
-                    "change it a second time).", CHECK_MARK)
+    logging.warning("%s: a body that changes a resource other than a tf.Variable it reads "
+                    "(a raw handle, an iterator it pulls from, a queue) is not checked (the "
+                    "loop run beside pfor would change it a second time).", CHECK_MARK)
     return False
   return True
 
 
+def warn_not_checked_in_chunks():
+  """`parallel_iterations` chunks are not checked (each chunk's conversion runs in a loop
+  of its own): says so where the checked mode is on."""
+  if options.checked_sample() is not None:
+    logging.warning("%s: pfor with parallel_iterations (in chunks) is not checked; check it "
+                    "without parallel_iterations.", CHECK_MARK)
+
+
 def _writes_unknown_resources(graph):
-  """Whether an op of the body, or of a function it calls, writes a variable or a
-  generator's state through a handle that is not one of the body's `tf.Variable`s (whose
-  values the check can put back). A variable the body only writes without reading
-  (`assign_add(..., read_value=False)`) is not among them: TF lists the variables a graph
-  reads."""
+  """Whether an op of the body, or of a function it calls, changes a resource held outside
+  the body (a variable, a generator's state, an iterator, a queue) through a handle that is
+  not one of the body's `tf.Variable`s (whose values the check can put back). A variable the
+  body only writes without reading (`assign_add(..., read_value=False)`) is not among them:
+  TF lists the variables a graph reads."""
   known = set()
   for external, internal in graph.captures:
     if any(external is v.handle for v in graph.variables):
@@ -115,7 +123,7 @@ def _writes_outside(graph, known, seen):
     return t
 
   for op in graph.get_operations():
-    if whole_body_loop.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
+    if _changes_resource(op):
       handle = origin(op.inputs[0])
       if handle.op.type == "Placeholder" and handle.ref() not in known:
         return True
@@ -132,6 +140,24 @@ def _writes_outside(graph, known, seen):
       if _writes_outside(fn.graph, inner, seen):
         return True
   return False
+
+
+# Stateful ops that only read the resource their first input holds.
+_RESOURCE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape",
+                   "VarIsInitializedOp", "LookupTableFindV2", "LookupTableSizeV2",
+                   "LookupTableExportV2", "TensorArrayReadV3", "TensorArrayGatherV3",
+                   "TensorArrayConcatV3", "TensorArraySizeV3")
+
+
+def _changes_resource(op):
+  """Whether `op` may change the resource its first input holds: a variable or generator
+  write, or any other stateful op on a resource (an iterator's get_next, a queue's enqueue)
+  that is not a known read. Function calls are followed instead (`_writes_outside`)."""
+  if whole_body_loop.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
+    return True
+  return (op._is_stateful and op.type not in _RESOURCE_READS and  # pylint: disable=protected-access
+          bool(op.inputs) and op.inputs[0].dtype == tf.resource and
+          not graph_io.function_names(op))
 
 
 def _writes_tf1_arrays(graph):

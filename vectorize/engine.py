@@ -147,7 +147,9 @@ def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
     else:
       values, operations = body.convert(ctx)
     flat = [ragged.output_tensor(v, n, stack) for v in values]
-  elif static_n is not None and options.compiled_by_xla():
+    return body.traced.pack(flat, operations)
+  checked.warn_not_checked_in_chunks()
+  if static_n is not None and options.compiled_by_xla():
     flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,
                                                  fallback_allowed, report)
   else:

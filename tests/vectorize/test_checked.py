@@ -343,3 +343,31 @@ def test_a_variable_only_written_in_a_nested_function_is_not_checked_nor_updated
   np.testing.assert_allclose(got, tf.stack(want))
   assert NESTED_COUNTER.numpy() == loop_state == 3.0
   assert "is not checked" in caplog.text
+
+
+TABLE = tf.lookup.StaticHashTable(
+    tf.lookup.KeyValueTensorInitializer(tf.constant([0, 1, 2], tf.int64),
+                                        tf.constant([0.5, 1.5, 2.5])), -1.0)
+
+
+def test_a_body_that_only_reads_resources_is_still_checked(monkeypatch, caplog):
+  """Stateful ops on resources held outside the body that only read them (a lookup table, a
+  variable) leave the body checked: only ops that may change such a resource (an iterator's
+  get_next, a queue's enqueue) turn the check off."""
+  monkeypatch.setitem(registry._CONVERTERS, "Sin", _wrong_sin)
+  v = tf.Variable(2.0)
+  body = lambda i: _sin_body(i) * TABLE.lookup(tf.cast(i % 3, tf.int64)) * v  # pylint: disable=unnecessary-lambda-assignment
+  with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Sin op"):
+    vectorize.pfor(body, 6)
+  assert "not checked" not in caplog.text
+
+
+def test_a_body_that_pulls_from_an_iterator_is_not_checked(caplog):
+  """The check's loop would pull the next elements: a false difference, the iterator moved
+  on twice. Not checked, with a warning; pfor's answer and the iterator are the loop's."""
+  it = iter(tf.data.Dataset.range(10))
+  with vectorize.checked(sample=None):
+    got = vectorize.pfor(lambda i: it.get_next() + tf.cast(i, tf.int64), 3)
+  np.testing.assert_array_equal(got, [0, 2, 4])
+  assert next(it).numpy() == 3
+  assert "is not checked" in caplog.text
