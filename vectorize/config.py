@@ -17,6 +17,7 @@ class _Reduction:
     self.fn = fn
     self.args = args
     self.outputs = None
+    self.graph = None   # where `outputs` were computed
 
   def bind(self, output_index):
     return _ReductionOutput(self, output_index)
@@ -33,14 +34,16 @@ class _ReductionOutput:
     return self.reduction.args
 
   def result(self, ctx, arg_values):
-    """The reduction's output `index`, from the converted `args` (computed once)."""
+    """The reduction's output `index`, from the converted `args`: computed once per graph
+    (a loop's condition and a dry run of it, in a scratch graph, each compute their own)."""
     r = self.reduction
-    if r.outputs is None:
+    graph = tf.compat.v1.get_default_graph()
+    if r.graph is not graph:
       if ctx.partitioned:
         raise ValueError("pfor_config reductions are not supported inside a conditional "
                          "whose predicate differs per iteration.")
       args = [stack(v, ctx.n) for v in arg_values]
-      r.outputs = tf.nest.flatten(r.fn(*args))
+      r.outputs, r.graph = tf.nest.flatten(r.fn(*args)), graph
     return invariant(tf.convert_to_tensor(r.outputs[self.index]))
 
 

@@ -283,6 +283,40 @@ def test_pfor_config_reduce_mean_and_concat():
   np.testing.assert_allclose(concat, np.tile(X[None], [4, 1, 1]))   # [n] + [n, 3], as TF
 
 
+LENGTHS = tf.constant([4, 0, 2])
+
+
+def _sum_first_values_until_every_iteration_is_done(i, pfor_config):
+  """A loop whose condition is loop-invariant by a reduction (any iteration not done): each
+  iteration sums its first LENGTHS[i] values, the loop masking the ones that are done."""
+  row, length = tf.gather(X, i), tf.gather(LENGTHS, i)
+
+  def cond(not_done, j, total):
+    del j, total
+    return tf.reduce_any(pfor_config.reduce_concat(not_done))
+
+  def body(not_done, j, total):
+    not_done = tf.logical_and(not_done, j < length)
+    step = (j + 1, total + tf.gather(row, tf.minimum(j, 2)))
+    return (not_done,) + tuple(tf.where(not_done, a, b) for a, b in zip(step, (j, total)))
+
+  return tf.while_loop(cond, body, (True, 0, 0.0))[1:]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_pfor_config_reduction_in_a_while_loops_condition(mode):
+  """The reduction was cached from the dry run that decides the loop's stacked variables (a
+  scratch graph) and reused in the real one: "must be from the same graph"."""
+  run = lambda: vectorize.pfor(_sum_first_values_until_every_iteration_is_done, 3)  # pylint: disable=unnecessary-lambda-assignment
+  if mode != "eager":
+    run = tf.function(run, jit_compile=mode == "xla")
+  j, total = run()
+  x = X.numpy() if hasattr(X, "numpy") else np.asarray(X)
+  want = [sum(x[k, min(t, 2)] for t in range(m)) for k, m in enumerate([4, 0, 2])]
+  np.testing.assert_array_equal(j, [4, 0, 2])
+  np.testing.assert_allclose(total, want, rtol=1e-6)
+
+
 def test_pfor_config_with_parallel_iterations_raises():
   with pytest.raises(ValueError, match="parallel_iterations"):
     vectorize.pfor(lambda i, pfor_config: pfor_config.reduce_sum(tf.gather(X, i)), 4,
