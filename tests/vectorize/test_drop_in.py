@@ -225,6 +225,17 @@ def test_jacobian_helpers_give_none_for_an_unconnected_input():
       tf.ones([2, 3]), tf.ones([2, 1])) is None
 
 
+def test_jacobian_with_respect_to_nothing_is_empty_as_tf():
+  """TF's tests take the jacobian of an eager output with respect to a model's trainable
+  variables, [] before it is built: TF returns [] (an empty structure), eagerly too."""
+  y = tf.constant([1.0, 2.0])
+  assert tf_pfor_gradients.jacobian(y, []) == []
+  assert vectorize.jacobian(y, []) == []
+  assert vectorize.jacobian(y, ()) == ()
+  with pytest.raises(RuntimeError, match="needs graph tensors"):
+    vectorize.jacobian(y, [tf.constant(1.0)])
+
+
 # ----------------------------------------------------------------------------- signatures
 
 @pytest.mark.parametrize("ours,theirs", [

@@ -51,9 +51,11 @@ def jacobian(output, inputs, use_pfor=True, parallel_iterations=None):
   Limits: like `tf.gradients`, it sees only the graph; the output must be computed in the
   graph being traced (or one it captures from), not in an eager tape.
   """
+  flat_inputs = tf.nest.flatten(inputs)
+  if not flat_inputs:   # nothing to differentiate (a model with no trainable variables yet)
+    return tf.nest.pack_sequence_as(inputs, [])
   _require_graph("jacobian")
   output = tf.convert_to_tensor(output)
-  flat_inputs = tf.nest.flatten(inputs)
   targets = [_gradient_target(x) for x in flat_inputs]
   flat_output = tf.reshape(output, [-1])
   num_rows = _static_or_dynamic(dims.leading(flat_output), lambda: tf.size(output))
