@@ -274,10 +274,9 @@ def _compiled_loop(loaded, n, jit_compile):
   after), or None if it fails."""
   try:
     loaded.reset()
-    out = tf.function(lambda: tf.nest.map_structure(
-        lambda *xs: stack(xs), *[loaded.body(tf.constant(i)) for i in range(n)]),
-                      jit_compile=jit_compile, autograph=False)()
-    return tf.nest.map_structure(_numpy, out), loaded.state()
+    rows = tf.function(lambda: [loaded.body(tf.constant(i)) for i in range(n)],
+                       jit_compile=jit_compile, autograph=False)()
+    return _stacked_rows(rows), loaded.state()
   except Exception:  # pylint: disable=broad-except
     return None
 
@@ -292,12 +291,18 @@ def _xla_loop_of_run_time_indices(loaded, n):
   truncated normal: XLA's kernel draws other values than TF's; seeds 1260034, 1270007)."""
   try:
     loaded.reset()
-    out = tf.function(lambda indices: tf.nest.map_structure(
-        lambda *xs: stack(xs), *[loaded.body(indices[i]) for i in range(n)]),
-                      jit_compile=True, autograph=False)(tf.range(n))
-    return tf.nest.map_structure(_numpy, out), loaded.state()
+    rows = tf.function(lambda indices: [loaded.body(indices[i]) for i in range(n)],
+                       jit_compile=True, autograph=False)(tf.range(n))
+    return _stacked_rows(rows), loaded.state()
   except Exception:  # pylint: disable=broad-except
     return None
+
+
+def _stacked_rows(rows):
+  """The iterations' outputs, computed in a graph, stacked eagerly as the eager loop's are:
+  by their run-time shapes (stacked in the graph, outputs of shapes unknown there came back
+  ragged where every row had one size; seed 3410596)."""
+  return tf.nest.map_structure(_numpy, tf.nest.map_structure(lambda *xs: stack(xs), *rows))
 
 
 def _graph_gradient_fails(program, loaded, n):
@@ -573,8 +578,11 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
       got = pfor_gradient(loaded, n, k, fallback), loaded.state()
     elif mode == "n0":
       try:
+        # Iteration 0 in a graph, as pfor traces it: eagerly, a TensorArray's gather of no
+        # elements is float32 whatever its dtype (seed 3410596).
         want = (tf.nest.map_structure(_empty_stack, _reset_then(
-            loaded, lambda: loaded.body(tf.constant(0)))), loaded.initial)
+            loaded, lambda: tf.function(loaded.body, autograph=False)(tf.constant(0)))),
+                loaded.initial)
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
       got = pfor_value(loaded, 0, "function", fallback)

@@ -174,3 +174,12 @@ def test_tf1_loop_gradient_of_a_gather_is_compared_dense():
   loop's fetched value was compared as its (values, indices, shape) against pfor's tensor."""
   outcome = check.check(programs.generate(3103191), ["tf1"]).outcomes["tf1"]
   assert outcome.category == "ok", outcome
+
+
+def test_eager_gather_of_an_empty_tensor_array_is_not_held_against_pfor():
+  """Seed 3410596: eagerly, a TensorArray's gather of no elements is float32 whatever its
+  dtype (in a graph, as pfor runs, its own dtype). The graph loop decides, its rows stacked
+  by their run-time shapes (stacked in the graph, other outputs of shapes unknown there came
+  back ragged), and n = 0's expected outputs come from iteration 0 traced."""
+  result = check.check(programs.generate(3410596), ["eager", "n0"])
+  assert not result.failures(), result.outcomes
