@@ -183,3 +183,11 @@ def test_eager_gather_of_an_empty_tensor_array_is_not_held_against_pfor():
   back ragged), and n = 0's expected outputs come from iteration 0 traced."""
   result = check.check(programs.generate(3410596), ["eager", "n0"])
   assert not result.failures(), result.outcomes
+
+
+def test_a_side_effect_grappler_drops_from_the_loop_is_not_held_against_pfor():
+  """Seed 3410663: TF 2.21's Grappler drops `v.assign_add(q + tf.reduce_sum(tf.cast(q,
+  tf.int32)))` in the taken branch of a tf.cond whose output is unused, in a tf.function the
+  body calls; pfor's graph applies it. The loop without Grappler decides."""
+  result = check.check(programs.generate(3410663), ["eager", "grad"])
+  assert not result.failures(), result.outcomes
