@@ -30,6 +30,7 @@ warning says so: check it without `jit_compile`, under `vectorize.static_shapes(
 """
 
 import contextlib
+import inspect
 
 from absl import logging
 import numpy as np
@@ -589,7 +590,8 @@ def _check_outside_xla(body, ctx, sample):
       hasattr(external, "numpy") for external, _ in body.graph.captures)
   if not runnable:
     name = getattr(body.loop_fn, "__name__", "the body")
-    key = (name, getattr(body.loop_fn, "__code__", None))   # two lambdas: two bodies
+    user_fn = inspect.unwrap(body.loop_fn)   # pfor's wrapper has one code for every body
+    key = (name, getattr(user_fn, "__code__", None))   # two lambdas: two bodies
     if key not in _warned_xla:
       _warned_xla.add(key)
       logging.warning(

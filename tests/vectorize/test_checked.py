@@ -371,3 +371,27 @@ def test_a_body_that_pulls_from_an_iterator_is_not_checked(caplog):
   np.testing.assert_array_equal(got, [0, 2, 4])
   assert next(it).numpy() == 3
   assert "is not checked" in caplog.text
+
+
+def _first_body_reading_an_argument(x):
+  def body(i):
+    return x[i] * 2.0
+  return body
+
+
+def _second_body_reading_an_argument(x):
+  def body(i):
+    return x[i] + 1.0
+  return body
+
+
+def test_each_body_not_checked_under_xla_says_so(caplog):
+  """The once-per-body warning was keyed by pfor's own wrapper's code, the same for every
+  body of one name: after the first, a second body named `body` was not checked silently."""
+  x = tf.constant([1.0, 2.0, 3.0])
+  for make in (_first_body_reading_an_argument, _second_body_reading_an_argument):
+    caplog.clear()
+    fn = tf.function(lambda x, make=make: vectorize.pfor(make(x), 3), jit_compile=True)
+    with vectorize.checked():
+      fn(x)
+    assert "is not checked here" in caplog.text, make.__name__
