@@ -78,6 +78,10 @@ def wanted(body):
   if body.config is not None and body.config.has_reductions:
     logging.warning("%s: a body with pfor_config reductions is not checked.", CHECK_MARK)
     return False
+  if options.tracing_a_body():
+    logging.warning("%s: a pfor inside another pfor's body is not checked on its own (the "
+                    "outer pfor's check compares the body around it).", CHECK_MARK)
+    return False
   if _writes_tf1_arrays(body.graph):
     logging.warning("%s: a body that writes a TF1 TensorArray is not checked (the loop "
                     "run beside pfor would write its elements a second time).", CHECK_MARK)

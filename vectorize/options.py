@@ -61,6 +61,11 @@ def masked_control_flow():
   return setting("masked_control_flow", True)
 
 
+def tracing_a_body():
+  """Whether a loop body is being traced: a pfor here is nested in another's body."""
+  return bool(_options.masked_control_flow)
+
+
 def masked_control_flow_wanted():
   """Control flow converts with masks: static shapes wanted, or a body being traced."""
   return _options.masked_control_flow or static_shapes_wanted()

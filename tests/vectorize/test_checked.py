@@ -395,3 +395,18 @@ def test_each_body_not_checked_under_xla_says_so(caplog):
     with vectorize.checked():
       fn(x)
     assert "is not checked here" in caplog.text, make.__name__
+
+
+def test_a_pfor_nested_in_a_body_is_checked_as_part_of_the_outer_one(caplog):
+  """Checked on its own too, the inner pfor's check (a loop comparing joined rows) was then
+  converted by the outer pfor into a graph TF could not run ("Incomplete graph"). Now only
+  the outer pfor is checked, with a warning that the inner one is not on its own."""
+  words = tf.constant([["Ab", "cD"], ["eF", "Gh"], ["iJ", "kl"]])
+
+  def outer(i):
+    return vectorize.pfor(lambda j: tf.strings.length(tf.strings.lower(words[i, j])), 2)
+
+  with vectorize.checked(sample=None):
+    got = tf.function(lambda: vectorize.pfor(outer, 3))()
+  np.testing.assert_array_equal(got, [[2, 2], [2, 2], [2, 2]])
+  assert "not checked on its own" in caplog.text
