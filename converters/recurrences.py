@@ -54,10 +54,19 @@ def sequential_read(op, accesses, position):
   """
   updates, segment_of = _updates(accesses)
   segment = segment_of[position]
-  if segment == 0:
-    value = _state_at_iteration_start(op, accesses, updates)
-  else:
-    value = _after_update(op, accesses, updates, segment)
+  variable = accesses[0][0]
+  solving = op.ctx.variables_being_solved
+  if variable in solving:
+    raise NotAffine("its updates and another variable's read each other (a swap or a "
+                    "rotation of variables)")
+  solving.add(variable)
+  try:
+    if segment == 0:
+      value = _state_at_iteration_start(op, accesses, updates)
+    else:
+      value = _after_update(op, accesses, updates, segment)
+  finally:
+    solving.discard(variable)
   return _differentiated_as_a_read(op, value)
 
 
@@ -247,7 +256,7 @@ def _leaf(op, tensor):
                       "body runs after the read")
   known = _Converted([t for t, _ in done])
   return walker.convert_graph(known, [v for _, v in done], op.ctx, outputs=[tensor],
-                              control_outputs=[])[0][0]
+                              control_outputs=[], outer=op.converted)[0][0]
 
 
 class _Converted:

@@ -69,6 +69,9 @@ class Context:
     variable_starts: {(body read op, output graph): tensor}, the state of a variable the
       body updates as its first read saw it, before the converted updates ran
       (converters/recurrences.py); shared by nested contexts.
+    variables_being_solved: the variables whose sequential reads are being solved now
+      (converters/recurrences.py), so that updates that read each other (a swap) are
+      refused rather than solved in a circle.
   """
   n: tf.Tensor
   indices: tf.Tensor
@@ -78,6 +81,7 @@ class Context:
   reductions: dict = dataclasses.field(default_factory=dict)
   active_set: ActiveSet = dataclasses.field(default_factory=Partitioned)
   variable_starts: dict = dataclasses.field(default_factory=dict)
+  variables_being_solved: set = dataclasses.field(default_factory=set)
 
   @property
   def partitioned(self):

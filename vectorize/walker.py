@@ -29,7 +29,7 @@ from vectorize.values import Value, invariant
 
 
 def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
-                  ragged_outputs=False):
+                  ragged_outputs=False, outer=None):
   """Converts `graph` for the loop of `ctx`.
 
   Args:
@@ -40,6 +40,9 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
     control_outputs: ops to run for their effects (default `graph.control_outputs`).
     ragged_outputs: whether the caller takes ragged output Values (conditionals and loops
       do not: a ragged output raises Unvectorizable, so the whole op falls back).
+    outer: for a walk of part of a body out of the walker's order (converters/
+      recurrences.py), the lookup of the Values the enclosing walk has converted, which
+      converters that look past their inputs see too.
 
   Returns:
     (list of `Value`s, one per output; list of emitted ops standing for control outputs).
@@ -48,6 +51,7 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
   if control_outputs is None:
     control_outputs = list(getattr(graph, "control_outputs", []))
   env = {t.ref(): v for t, v in zip(graph.inputs, input_values)}
+  lookup = lambda t: env[t.ref()] if t.ref() in env else (outer(t) if outer else None)
   emitted = {}
   order = graph_io.ops_in_order(outputs, control_outputs)
   needed = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
@@ -60,9 +64,9 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
         results = _convert_reduction(op, env, ctx)
       else:
         inputs = [_lookup(env, t, op) for t in op.inputs]
-        results = _convert_op(op, inputs, ctx, lambda t: env.get(t.ref()), needed)
+        results = _convert_op(op, inputs, ctx, lookup, needed)
         if _own_gradient(op):
-          results = _with_own_gradient(op, inputs, results, ctx, lambda t: env.get(t.ref()))
+          results = _with_own_gradient(op, inputs, results, ctx, lookup)
     emitted[op] = results
     if isinstance(results, tf.Operation):
       continue

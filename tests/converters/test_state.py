@@ -447,3 +447,69 @@ def test_a_formatted_string_the_body_returns_is_formatted_per_iteration():
   testing.assert_allclose(testing.run_pfor(body, 4), testing.sequential(body, 4))
 
 
+
+
+# ----------------------------------------------------------------------------- two variables
+
+def _check_two_variables(make_body, n, mode, tol=1e-5):
+  """pfor's outputs and both variables after it equal a sequential loop's."""
+  a, b = tf.Variable(1.0), tf.Variable(10.0)
+  body = make_body(a, b)
+  actual = testing.run_pfor(body, n, mode=mode)
+  after_pfor = [a.numpy(), b.numpy()]
+  a.assign(1.0)
+  b.assign(10.0)
+  expected = testing.sequential(body, n, testing.output_spec(body))
+  testing.assert_allclose(actual, expected, tol)
+  testing.assert_allclose(after_pfor, [a.numpy(), b.numpy()], tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_assign_of_another_variables_recurrence(mode, n):
+  """a <- 2 b, then b <- b + x: a's reads need b's sequential reads, converted out of the
+  walker's order from inside a's."""
+  def make_body(a, b):
+    def body(i):
+      a.assign(b.read_value() * 2.0)
+      b.assign_add(X[i, 0])
+      return a.read_value(), b.read_value()
+    return body
+  _check_two_variables(make_body, n, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_add_of_another_variables_state_after_its_update(mode):
+  def make_body(a, b):
+    def body(i):
+      b.assign(b * 0.5 + X[i, 1])
+      a.assign_add(b.read_value())
+      return a.read_value() + 0.0
+    return body
+  _check_two_variables(make_body, 5, mode)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_variables_whose_updates_read_each_other_are_refused(rotate, caplog):
+  """A swap (a <- b, b <- old a + x) is a recurrence of the two together: refused naming
+  it, not a crash about a placeholder; with the fallback on, the loop runs it."""
+  a, b = tf.Variable(1.0), tf.Variable(10.0)
+
+  def body(i):
+    old_a = tf.identity(a.read_value())
+    a.assign(b.read_value() + (1.0 if rotate else 0.0))
+    b.assign(old_a + X[i, 2])
+    return a.read_value(), b.read_value()
+
+  with pytest.raises(vectorize.ConversionError, match="another variable's read each other"):
+    testing.run_pfor(body, 3)
+  a.assign(1.0)
+  b.assign(10.0)
+  expected = testing.sequential(body, 3, testing.output_spec(body))
+  after_loop = [a.numpy(), b.numpy()]
+  a.assign(1.0)
+  b.assign(10.0)
+  actual = vectorize.pfor(body, 3)
+  assert "sequential loop" in caplog.text
+  testing.assert_allclose(actual, expected, 1e-6)
+  testing.assert_allclose([a.numpy(), b.numpy()], after_loop, 1e-6)

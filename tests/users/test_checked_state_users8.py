@@ -259,10 +259,6 @@ def test_read_value_false_but_read_elsewhere(mode):
   check(body, 5, mode, state)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "Swapping two variables (a <- b, b <- old a) raises ConversionError 'Placeholder "
-    "Read_1/ReadVariableOp/resource in the loop body is not an input of the body' with the "
-    "fallback on, instead of running the body sequentially."))
 @pytest.mark.parametrize("mode", TWO)
 def test_two_variables_swap(mode):
   a = tf.Variable(1.0)
@@ -1301,10 +1297,6 @@ def test_map_fn_with_state_matches_loop(mode):
   assert_same(v.numpy(), want_v)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "Rotating three variables (a, b, c = b, c, a + x) raises ConversionError 'Placeholder "
-    "Read_2/ReadVariableOp/resource in the loop body is not an input of the body' with the "
-    "fallback on (the swap bug)."))
 @pytest.mark.parametrize("mode", TWO)
 def test_three_variable_rotation_with_accumulate(mode):
   """a, b, c = b, c, a + x: a read of each before its write, nonlinear in none."""
