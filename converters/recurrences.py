@@ -340,8 +340,8 @@ def _solve(ctx, start, a, b):
     b_all = values.stack(_as_state(b, start), n)
     b_all = values.expand_after_loop_axis(b_all, start.shape.rank + 1 - values.rank(b_all))
     b_all = tf.broadcast_to(b_all, full)
-  if a is _ONE:   # exact: a cumulative sum
-    return stacked(start + tf.cumsum(b_all, axis=0, exclusive=True))
+  if a is _ONE:   # a cumulative sum from the start: the loop's additions, in its order
+    return stacked(running_sums(start, b_all)[:n])
   if a is None:   # each iteration overwrites: s_i = b_{i-1}
     return stacked(tf.concat([start[tf.newaxis], b_all], 0)[:n])
   coefficient = tf.cast(a.tensor, dtype)
@@ -352,6 +352,12 @@ def _solve(ctx, start, a, b):
   carried = _decayed_prefix_sums(b_all, coefficient, steps, ctx)       # sum_{j<=i} a**(i-j) b_j
   carried = tf.concat([tf.zeros_like(b_all[:1]), carried], 0)[:n]      # exclusive: j < i
   return stacked(values.expand_after_loop_axis(powers, rank) * start + carried)
+
+
+def running_sums(start, increments):
+  """`[start, start + b_0, (start + b_0) + b_1, ...]` (n + 1 rows): added in the loop's
+  order, so floats round as the loop's do (a CPU cumulative sum is sequential)."""
+  return tf.cumsum(tf.concat([start[tf.newaxis], increments], 0), axis=0)
 
 
 def _decayed_prefix_sums(b, a, steps, ctx):

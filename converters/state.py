@@ -330,9 +330,30 @@ def _convert_assign_add_variable_op(op):
   value = op.value(1)
   before = _check_write(op, value.stacked)
   value = _live_only(op, value)
+  if _adds_in_the_loops_order(op, value):
+    return _write_running_sum(op, value, before)
   total = tf.reduce_sum(value.tensor, axis=0) if value.stacked else _times_n(op, value.tensor)
   with tf.control_dependencies(before):
     return op.rebuild([op.invariant(0), total])
+
+
+def _adds_in_the_loops_order(op, value):
+  """Whether the additions are applied one after another from the variable's state (as the
+  loop rounds them, and as the sequential reads see them, `recurrences.running_sums`) rather
+  than summed first: floats of per-iteration values, the variable's only write."""
+  kinds, _ = _ordered_accesses(op)
+  return (value.stacked and (value.dtype.is_floating or value.dtype.is_complex)
+          and sum(kind in _WRITES for _, kind in kinds) == 1)
+
+
+def _write_running_sum(op, value, before):
+  """Assigns the state after every iteration's addition, added in the loop's order."""
+  resource, dtype = op.invariant(0), op.op.get_attr("dtype")
+  increments = -value.tensor if op.type == "AssignSubVariableOp" else value.tensor
+  with tf.control_dependencies(before):
+    current = tf.raw_ops.ReadVariableOp(resource=resource, dtype=dtype)
+    final = recurrences.running_sums(current, tf.cast(increments, dtype))[-1]
+    return tf.raw_ops.AssignVariableOp(resource=resource, value=final)
 
 
 @register("ResourceScatterAdd", "ResourceScatterSub")

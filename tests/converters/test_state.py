@@ -513,3 +513,29 @@ def test_variables_whose_updates_read_each_other_are_refused(rotate, caplog):
   assert "sequential loop" in caplog.text
   testing.assert_allclose(actual, expected, 1e-6)
   testing.assert_allclose([a.numpy(), b.numpy()], after_loop, 1e-6)
+
+
+_CANCELLING = tf.constant(np.tile(np.array([1e8, 1.0, -1e8, 1.0], np.float32), 6))
+
+
+@pytest.mark.parametrize("mode", ["function", "dynamic"])
+@pytest.mark.parametrize("subtract", [False, True])
+def test_float_running_sum_rounds_as_the_loop_does(mode, subtract):
+  """Reads and the final state of `v += x_i` are the loop's bit for bit on CPU: added one
+  after another from the state before the loop (a reduce_sum gave a final state of 24.0
+  where the loop leaves 3.0; reads computed as start + sum lost the start's rounding)."""
+  def make_body(v):
+    def body(i):
+      before = v.read_value()
+      (v.assign_sub if subtract else v.assign_add)(_CANCELLING[i])
+      return before, v.read_value()
+    return body
+  v = tf.Variable(2.0)
+  body = make_body(v)
+  actual = testing.run_pfor(body, 24, mode=mode)
+  after_pfor = v.numpy()
+  v.assign(2.0)
+  expected = testing.sequential(body, 24, testing.output_spec(body))
+  np.testing.assert_array_equal(actual[0], expected[0])
+  np.testing.assert_array_equal(actual[1], expected[1])
+  assert after_pfor == v.numpy() == expected[1][-1]
