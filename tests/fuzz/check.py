@@ -96,6 +96,10 @@ def classify_error(exc):
       # StatefulRefusal (map_and_batch wraps it): a stateful op whose per-iteration effects
       # depend on the iterations' order (an assign of a per-iteration value).
       return Outcome("refused", headline(exc))
+  refusal = vectorize.whole_body_loop.StatefulRefusal
+  if isinstance(exc, refusal) or isinstance(exc.__cause__, refusal):
+    # A loop or read whose order against the body's updates a vectorized form cannot keep.
+    return Outcome("refused", headline(exc))
   return Outcome("crash", headline(exc))
 
 
@@ -541,10 +545,15 @@ def data_outcome(program, loaded, fallback=False):
   return None
 
 
+# Statement kinds vectorize may refuse with the fallback off (pattern_pool.py): an assign of a
+# per-iteration value; reads of a variable whose updates are no affine recurrence of it alone.
+_ORDER_DEPENDENT = {"state_assign", "state_recurrence"}
+
+
 def run_mode(program, loaded, mode, expected):
   """One mode's Outcome; `expected` is the loop's (value, state) (n > 0) computed once."""
   outcome = _run_mode(program, loaded, mode, expected)
-  if outcome.category == "refused" and "state_assign" in program.kinds():
+  if outcome.category == "refused" and _ORDER_DEPENDENT & set(program.kinds()):
     # An `assign` of a per-iteration value is order-dependent: vectorize documents a refusal
     # with the fallback off. Accepted only if the fallback then gives the loop's answer
     # (values and variables); a wrong value with the fallback on is a failure.
@@ -593,8 +602,12 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
       try:
         # Iteration 0 in a graph, as pfor traces it: eagerly, a TensorArray's gather of no
         # elements is float32 whatever its dtype (seed 3410596).
-        want = (tf.nest.map_structure(_empty_stack, _reset_then(
-            loaded, lambda: tf.function(loaded.body, autograph=False)(tf.constant(0)))),
+        # Grappler off: TF 2.21's rewrite of a cond's `a + tf.reduce_sum(a)` gave a traced
+        # int32 scalar output as float32 [0] (seed 3600030; pfor's is the loop's).
+        first = lambda: _reset_then(
+            loaded, lambda: tf.function(loaded.body, autograph=False)(tf.constant(0)))
+        traced = _without_grappler(first)
+        want = (tf.nest.map_structure(_empty_stack, first() if traced is None else traced),
                 loaded.initial)
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", headline(e))
@@ -603,6 +616,9 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
     elif mode == "data":
       return data_outcome(program, loaded, fallback) or Outcome("ok")
     elif mode == "tf1":
+      if "state_recurrence" in program.kinds():
+        return Outcome("invalid", "the body reads a variable it writes: a TF1 graph orders "
+                       "those only by data, so the loop's reads have no one answer")
       try:
         loop, static, fed = tf1_values(loaded, n, fallback)
       except _LoopFailed as e:

@@ -35,7 +35,7 @@ class Input:
   variable: bool = False
   low: Optional[int] = None  # integer data range [low, high), for trip counts and indices
   high: Optional[int] = None
-  stateful: bool = False  # a variable the body writes (assign_add...): never read in the body
+  stateful: bool = False  # a variable the body writes (assign_add...), and may read
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 draw before (seeds from programs.PATTERNS_FROM only, so older seeds keep their programs):
 
 - state written in masked loops and conditionals: a `tf.Variable` made outside the body
-  (an Input with `stateful=True`, never read by the body) updated by `assign_add`,
+  (an Input with `stateful=True`, read by the body only in g_state_recurrence) updated by `assign_add`,
   `assign_sub`, `scatter_add` / `scatter_sub` inside a `tf.while_loop` with a per-iteration
   trip count (with or without a TensorArray carried by the same loop, which makes it run
   masked), inside `tf.cond` branches with a per-iteration predicate, or in straight-line
@@ -145,6 +145,65 @@ class PatternPool:
     stmt = self.update_stmt(var, a.name)
     self.stmts.append(stmt)
     return stmt.outs[0]
+
+  # -- variables the body reads and writes: recurrences --------------------------------------
+
+  def g_state_recurrence(self):
+    """A variable the body reads as well as updates (seeds from programs.RECURRENCES_FROM):
+    a running sum (`assign_add` / `assign_sub`), an affine update (`v * c + x`), a second
+    variable assigned from the first (`w <- 2 v + x`), now and then updates that read each
+    other (a swap) or a product (not affine), which vectorize refuses with the fallback off
+    (kind `state_recurrence`: check.py then runs the fallback against the loop). Reads come
+    before, between and after the updates; at depth > 0 (a branch, a loop body) the reads
+    are refused too."""
+    a = self.pick(lambda v: v.dtype in (FLOAT, INT)) or self.any_float()
+    shape, dtype = a.shape, a.dtype
+    v = self.state_variable(shape, dtype)
+    r = self.rng.random()
+    lines, deps, outs = [], [a.name], []
+
+    def read(var, form=None):
+      k = len(outs)
+      outs.append(Var(self.fresh(), shape, dtype, dtype == INT))
+      form = form or self.rng.choice(["{v}.read_value()", "tf.identity({v})",
+                                      "{v} + tf.zeros_like({v})"])
+      lines.append(f"{{o{k}}} = " + form.format(v=var.name))
+
+    def maybe_read(var, p=0.6):
+      if self.rng.random() < p:
+        read(var)
+
+    maybe_read(v)
+    if r < 0.45 or (dtype == INT and r < 0.8):
+      op = self.rng.choice(["assign_add", "assign_add", "assign_sub"])
+      for _ in range(self.rng.choice([1, 1, 2])):
+        lines.append(f"{v.name}.{op}({{0}})")
+        maybe_read(v, 0.4)
+    elif r < 0.7 and dtype == FLOAT:
+      c = self.rng.choice(["0.5", "2.0", "-1.0", "0.9"])
+      form = self.rng.choice([f"{v.name} * {c} + {{0}}", f"{c} * ({v.name} - {{0}})",
+                              f"({v.name} + {{0}}) / 4.0"])
+      lines.append(f"{v.name}.assign({form})")
+    elif r < 0.9:
+      w = self.state_variable(shape, dtype)
+      scale = "2.0" if dtype == FLOAT else "2"
+      pair = [f"{w.name}.assign({v.name} * {scale} + {{0}})", f"{v.name}.assign_add({{0}})"]
+      if self.rng.random() < 0.5:
+        pair.reverse()
+      lines.extend(pair)
+      read(w)
+    elif r < 0.96:
+      w = self.state_variable(shape, dtype)
+      lines.extend([f"{{p}}_old = tf.identity({v.name})", f"{v.name}.assign({w.name})",
+                    f"{w.name}.assign({{p}}_old + {{0}})"])
+      read(w)
+    else:
+      lines.append(f"{v.name}.assign({v.name} * {v.name} + {{0}})")
+    maybe_read(v, 1.0 if not outs else 0.5)
+    stmt = Stmt(outs, lines, deps, "state_recurrence")
+    self.stmts.append(stmt)
+    self.scope.extend(outs)
+    return outs[-1]
 
   # -- TensorArrays of per-iteration length --------------------------------------------------
 

@@ -28,6 +28,8 @@ NEWEST_FROM = 1_100_000     # seeds from here also draw ragged_pool.py and late_
 NESTED_FROM = 1_200_000     # seeds from here also draw pfors nested in the body
 PATTERNS_FROM = 3_000_000   # seeds from here also draw pattern_pool.py (state, ragged
                             # TensorArrays, mixed dtypes) and return tuples/dicts of dtypes
+RECURRENCES_FROM = 3_600_000  # seeds from here also draw variables the body reads and
+                              # writes (pattern_pool.g_state_recurrence)
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
             "int64": "tf.int64", "float64": "tf.float64", "string": "tf.string",
             "state": "tf.int32", RAGGED: "tf.float32"}
@@ -1137,6 +1139,7 @@ class Generator(RaggedPool, LatePool, PatternPool):
   NESTED_WEIGHTS = [("g_nested_pfor", 4)]
   PATTERN_WEIGHTS = [("g_state_while", 9), ("g_state_cond", 6), ("g_state_straight", 2),
                      ("g_ta_ragged", 9), ("g_mixed", 6)]
+  RECURRENCE_WEIGHTS = [("g_state_recurrence", 10)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1153,7 +1156,8 @@ class Generator(RaggedPool, LatePool, PatternPool):
                            (self.EXTENDED_WEIGHTS if self.seed >= EXTENDED_FROM else []) +
                            (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else []) +
                            (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else []) +
-                           (self.PATTERN_WEIGHTS if self.seed >= PATTERNS_FROM else [])))
+                           (self.PATTERN_WEIGHTS if self.seed >= PATTERNS_FROM else []) +
+                           (self.RECURRENCE_WEIGHTS if self.seed >= RECURRENCES_FROM else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import vectorize
 from tests.fuzz import check, ir, programs, shrink
 
 # The CI seeds (50, and a known failure), and a few of the newest pool (ragged values and late
@@ -192,3 +193,36 @@ def test_a_side_effect_grappler_drops_from_the_loop_is_not_held_against_pfor():
   body calls; pfor's graph applies it. The loop without Grappler decides."""
   result = check.check(programs.generate(3410663), ["eager", "grad"])
   assert not result.failures(), result.outcomes
+
+
+def test_recurrence_seeds_draw_variables_the_body_reads_and_writes():
+  start = programs.RECURRENCES_FROM
+  got = [programs.generate(s) for s in range(start, start + 30)]
+  recurrences = [st for p in got for st in p.stmts if st.kind == "state_recurrence"]
+  text = "\n".join(line for st in recurrences for line in st.lines)
+  assert ".read_value()" in text and ".assign(" in text and ".assign_add(" in text
+  old = [programs.generate(s) for s in range(programs.PATTERNS_FROM,
+                                              programs.PATTERNS_FROM + 30)]
+  assert not any("state_recurrence" in p.kinds() for p in old)
+
+
+def test_refused_loop_over_state_is_a_refusal_wrapped_or_not():
+  from vectorize.whole_body_loop import StatefulRefusal  # pylint: disable=g-import-not-at-top
+  e = StatefulRefusal("Cannot vectorize the tf.while_loop 'w': its steps read a variable or "
+                      "table that they also change")
+  assert check.classify_error(e).category == "refused"
+  try:
+    try:
+      raise e
+    except StatefulRefusal as inner:
+      raise vectorize.ConversionError("map_and_batch cannot vectorize body") from inner
+  except vectorize.ConversionError as wrapped:
+    assert check.classify_error(wrapped).category == "refused"
+
+
+def test_n0_shapes_come_from_iteration_0_traced_without_grappler():
+  """Seed 3600030: with Grappler on, TF 2.21 traces iteration 0 of this body (a cond's
+  `a + tf.reduce_sum(a)`, then a switch_case on it) to a float32 [0] output where the body
+  returns an int32 scalar; n = 0's expected outputs no longer take that dtype."""
+  program = programs.generate(3600030)
+  assert check.check(program, ("n0",)).outcomes["n0"].category == "ok"
