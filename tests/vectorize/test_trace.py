@@ -66,3 +66,43 @@ def test_trace_applies_autograph_when_the_caller_has_it():
   with trace.autograph_enabled():
     traced = trace.trace(body, INDEX)
   assert any(op.type in ("If", "StatelessIf") for op in traced.graph.get_operations())
+
+
+def _frame_file(record):
+  import sys  # pylint: disable=g-import-not-at-top
+  record.append(sys._getframe(1).f_code.co_filename)  # pylint: disable=protected-access
+
+
+def test_a_body_that_runs_as_python_is_traced_unconverted():
+  """Autograph runs every library function the body calls converted (a circuit simulator's
+  tracing took 6x as long): a body that traces as plain Python is not converted, as in TF's
+  pfor and vectorized_map."""
+  files = []
+
+  def body(i):
+    _frame_file(files)
+    return i * 2
+
+  with trace.autograph_enabled():
+    trace.trace(trace.autograph_like_caller(body), INDEX)
+  assert files == [__file__]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_a_body_that_needs_autograph_is_traced_again_converted_once(mode):
+  """A Python `if` on a tensor fails as plain Python: the body is traced again converted,
+  and the graph holds what the converted trace made only (one update, not two)."""
+  import vectorize  # pylint: disable=g-import-not-at-top
+  v = tf.Variable(0.0)
+  x = tf.constant([1.0, -2.0, 3.0])
+
+  def body(i):
+    v.assign_add(x[i])
+    if x[i] > 0:
+      return x[i] * 2
+    return -x[i]
+
+  run = lambda: vectorize.pfor(body, 3)
+  got = run() if mode == "eager" else tf.function(run)()
+  np.testing.assert_allclose(got, [2.0, 2.0, 6.0])
+  assert v.numpy() == 2.0
