@@ -1,6 +1,7 @@
 """The suite's workloads, in the order the runner runs and reports them (the paper's §6)."""
 
 from benchmarks.workloads import augmentation
+from benchmarks.workloads import circuit
 from benchmarks.workloads import convnet
 from benchmarks.workloads import data_pipeline
 from benchmarks.workloads import jacobians
@@ -24,6 +25,7 @@ ALL = (
     jacobians.LSTM_BATCH,
     mapping.MAP_FN,
     mapping.DATA,
+    circuit.WORKLOAD,
     keras_layers.DP_SGD,
     keras_layers.TRANSFORMER,
     keras_layers.INFERENCE,
