@@ -17,6 +17,7 @@ from tensorflow.python.framework import type_spec
 from tensorflow.python.util import nest
 
 from vectorize import engine
+from vectorize import program_cache
 from vectorize import dims
 from vectorize import trace
 from vectorize.cache import cached, callable_key, functions_traced
@@ -67,8 +68,10 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
   static = isinstance(iters, int)
   key = (callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
          parallel_iterations, warn)
-  fn = cached(key, lambda: _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
-                                                 parallel_iterations, warn))
+  fn = cached(key, lambda: _program_function(
+      loop_fn, static, iters, fallback_to_while_loop, parallel_iterations, warn) or
+              _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
+                                   parallel_iterations, warn))
   with functions_traced():
     return fn() if static else fn(tf.cast(iters, tf.int32))
 
@@ -97,11 +100,13 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
   """
   if tf.executing_eagerly():
-    key = ("vectorized_map", callable_key(fn), fallback_to_while_loop, warn)
-    graph_fn = cached(key, lambda: tf.function(
-        functools.partial(_eager_body, _vectorized_map_in_graph, fn,
-                          fallback_to_while_loop=fallback_to_while_loop, warn=warn),
-        autograph=False))
+    key = ("vectorized_map", callable_key(fn), fallback_to_while_loop, warn,
+           _dense_specs(elems))
+    graph_fn = cached(key, lambda: _program_map_function(
+        fn, elems, fallback_to_while_loop, warn) or tf.function(
+            functools.partial(_eager_body, _vectorized_map_in_graph, fn,
+                              fallback_to_while_loop=fallback_to_while_loop, warn=warn),
+            autograph=False))
     with functions_traced():
       return graph_fn(elems)
   return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop, warn)
@@ -184,6 +189,71 @@ def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, 
       input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
 
 
+def _program_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
+  """The eager pfor of `loop_fn` through the program cache (a new closure of a program
+  converted before reuses its conversion), or None where the body is outside it."""
+  with functions_traced():
+    program = program_cache.trace_program(loop_fn)
+
+  def make(program):
+    def convert(*args):
+      *n, captured = args
+      body = program.bound(captured)
+      return _eager_body(pfor_in_graph, body.loop_fn, n[0] if n else iters, fallback,
+                         parallel_iterations, warn, body=body)
+    return tf.function(convert, autograph=False)
+
+  signature = (iters if static else "dynamic", fallback, parallel_iterations, warn)
+  return program_cache.converted(program, signature, make)
+
+
+def _program_map_function(fn, elems, fallback, warn):
+  """The eager vectorized_map of `fn` through the program cache, or None where `fn` or
+  `elems` (not all dense, of one leading size) are outside it."""
+  specs = _dense_specs(elems)
+  if specs is None:
+    return None
+  # The elements as tensors of their own, which `fn` cannot close over: each call's
+  # elements take their places among the captured inputs.
+  flat = [tf.identity(e) for e in tf.nest.flatten(elems)]
+  n = dims.leading(flat[0])
+  mapped = trace.autograph_like_caller(fn)
+
+  def loop_fn(i):
+    return mapped(tf.nest.pack_sequence_as(elems, [tf.gather(e, i) for e in flat]))
+
+  loop_fn.__name__ = getattr(fn, "__name__", type(fn).__name__)
+  with functions_traced():
+    program = program_cache.trace_program(loop_fn, inputs=flat)
+
+  def make(program):
+    def convert(captured):
+      body = program.bound(captured)
+      return _eager_body(pfor_in_graph, body.loop_fn, n, fallback, None, warn,
+                         is_a_size=True, body=body)
+    return tf.function(convert, autograph=False)
+
+  run = program_cache.converted(program, (specs, fallback, warn), make)
+  if run is None:
+    return None
+  slots = program.slots(flat)
+  return lambda elems_now: run(replacing=[(slot, e) for slot, e in zip(
+      slots, tf.nest.flatten(elems_now)) if slot is not None])
+
+
+def _dense_specs(elems):
+  """The specs of `elems` when all are dense tensors of one static leading size, else None
+  (the structure is part of the key through `tf.nest`'s flattening order)."""
+  flat = tf.nest.flatten(elems)
+  if not flat or not all(isinstance(x, tf.Tensor) and x.shape.rank and
+                         x.shape.is_fully_defined() for x in flat):
+    return None
+  if len({x.shape[0] for x in flat}) != 1:
+    return None
+  return (tuple(tf.TensorSpec(x.shape, x.dtype) for x in flat),
+          str(tf.nest.map_structure(lambda _: 0, elems)))
+
+
 def _eager_body(build, *args, **kwargs):
   """`build(*args)` traced for an eager call: the body gets autograph (TF's eager pfor
   traces it in a `tf.function`, which converts it), and Operations in the result become
@@ -193,10 +263,12 @@ def _eager_body(build, *args, **kwargs):
   return nest.map_structure(lambda x: None if isinstance(x, tf.Operation) else x, result)
 
 
-def pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a_size=False):
+def pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a_size=False,
+                  body=None):
   """pfor in a graph being built (vectorized_map and map_and_batch call it too). `is_a_size`:
   a run-time `iters` read from a tensor's shape (int32, never negative) needs no range check,
-  whose Assert would gate everything downstream (a tf.data map function)."""
+  whose Assert would gate everything downstream (a tf.data map function). `body`: loop_fn
+  traced already (`program_cache`), its outputs dense."""
   static_n = iters if isinstance(iters, int) else None
   if static_n is not None:
     n = tf.constant(iters, tf.int32)
@@ -204,7 +276,7 @@ def pfor_in_graph(loop_fn, iters, fallback, parallel_iterations, warn=True, is_a
     n = tf.cast(iters, tf.int32) if is_a_size else _run_time_n(iters)
   specs = []
   result = engine.vectorize_loop(_outputs_as_parts(loop_fn, specs), n, static_n, fallback,
-                                 parallel_iterations, warn)
+                                 parallel_iterations, warn, body)
   return _batched_composites(_stacked_sparse_outputs(result), specs, static_n)
 
 

@@ -69,7 +69,7 @@ class LoopBody:
 
 def trace_loop_body(loop_fn):
   """`loop_fn(i)` (or `loop_fn(i, pfor_config)`) traced for a scalar int32 loop index."""
-  config = PForConfig() if _wants_config(loop_fn) else None
+  config = PForConfig() if wants_config(loop_fn) else None
   name = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
   extra = (config,) if config is not None else ()
   with options.masked_control_flow():      # for a pfor inside the body: see there
@@ -102,7 +102,8 @@ def _active_set(indices_are_range=False):
   return Partitioned(indices_are_range=indices_are_range)
 
 
-def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn=True):
+def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn=True,
+                   body=None):
   """`loop_fn(i)` for i in `range(n)`, converted and stacked: the body's structure, each
   tensor with a leading axis of n.
 
@@ -113,8 +114,9 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
     fallback_allowed: whether unconvertible ops run in a sequential loop.
     chunk_size: if set, the iterations run in chunks of this size (bounds memory).
     warn: log the first fallback of each op type.
+    body: the `LoopBody` of `loop_fn` traced already (the program cache's), or None.
   """
-  body = trace_loop_body(loop_fn)
+  body = body or trace_loop_body(loop_fn)
   report = Report(warn=warn)
   _last_report[0] = report
   chunked = chunk_size is not None and (static_n is None or static_n > chunk_size)
@@ -227,7 +229,7 @@ def _convert_in_static_chunks(body, n, chunk_size, fallback_allowed, report):
   return flat, [tf.group(done)] * len(body.traced.markers)
 
 
-def _wants_config(loop_fn):
+def wants_config(loop_fn):
   target = getattr(loop_fn, "python_function", loop_fn)
   try:
     return "pfor_config" in inspect.signature(target).parameters

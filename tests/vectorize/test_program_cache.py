@@ -1,0 +1,134 @@
+"""The program-keyed cache: eager calls whose body is a new closure over new tensors reuse
+the conversion of the same program, and convert again where the program differs."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
+from vectorize import cache
+from vectorize import engine
+from vectorize import program_cache
+
+X = tf.constant(np.arange(12.0).reshape(4, 3), tf.float32)
+
+
+@pytest.fixture
+def conversions(monkeypatch):
+  """How many conversions run (the walker over a whole loop body)."""
+  count = [0]
+  convert = engine._convert   # pylint: disable=protected-access
+
+  def counted(*args, **kwargs):
+    count[0] += 1
+    return convert(*args, **kwargs)
+
+  monkeypatch.setattr(engine, "_convert", counted)
+  monkeypatch.setattr(program_cache, "_programs", type(program_cache._programs)())  # pylint: disable=protected-access
+  monkeypatch.setattr(cache, "_eager_cache", type(cache._eager_cache)())  # pylint: disable=protected-access
+  return count
+
+
+def _loop(body, n):
+  return np.stack([np.asarray(body(tf.constant(i))) for i in range(n)])
+
+
+def _scaled_rows(w, big):
+  return lambda i: tf.reduce_sum(X[i] * w) + big[i]
+
+
+def test_a_new_closure_over_new_tensors_reuses_the_conversion(conversions):
+  """Each call closes over new tensors (a small one TF captures as a constant, a large one
+  it captures as a placeholder) of the same signature: one conversion, each call's values."""
+  for k in range(3):
+    w = tf.constant(np.full([3], k + 1.0, np.float32))
+    big = tf.constant(np.linspace(0, k, 200, dtype=np.float32))
+    body = _scaled_rows(w, big)
+    np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4), rtol=1e-6)
+  assert conversions[0] == 1
+
+
+def test_n_zero_through_the_program_cache(conversions):
+  for k in range(2):
+    w = tf.constant(np.full([3], k + 1.0, np.float32))
+    got = vectorize.pfor(lambda i: X[i] * w, 0)
+    assert got.shape == (0, 3)
+  assert conversions[0] == 1
+
+
+def _program(kind, k):
+  """A body whose program differs from `_program(kind, 0)`'s in one thing when k = 1."""
+  if kind == "attr":
+    return lambda i: tf.reduce_sum(X[i] * 2.0, keepdims=bool(k))
+  if kind == "dtype":
+    w = tf.constant([1.0, 2.0, 3.0], [tf.float32, tf.float64][k])
+    return lambda i: tf.cast(X[i], w.dtype) * w
+  if kind == "shape":
+    w = tf.ones([[3], [1, 3]][k])
+    return lambda i: X[i] * w
+  if kind == "python constant":
+    scale = [2.0, 3.0][k]
+    return lambda i: X[i] * scale
+  if kind == "integer tensor":      # captured as a constant; a shape the conversion reads
+    shape = tf.constant([[3, 1], [1, 3]][k])
+    return lambda i: tf.reshape(X[i], shape)
+  raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["attr", "dtype", "shape", "python constant",
+                                  "integer tensor"])
+def test_a_different_program_converts_again(conversions, kind):
+  for k in range(2):
+    body = _program(kind, k)
+    np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4), rtol=1e-6)
+  assert conversions[0] == 2
+
+
+def test_vectorized_map_of_new_closures_and_new_elements(conversions):
+  """TensorCircuit's pattern: `vectorized_map(lambda x: f(x, weights), xs)` with new weights
+  and xs in every call; and the same closure again over new elements."""
+  def energy(x, weights):
+    return tf.reduce_sum(tf.sin(x * weights[:3]) * weights[3])
+
+  for k in range(3):
+    weights = tf.constant(np.arange(4.0, dtype=np.float32) + k)
+    xs = tf.constant(np.random.default_rng(k).standard_normal([5, 3]).astype(np.float32))
+    fn = lambda x, weights=weights: energy(x, weights)
+    want = np.stack([energy(x, weights) for x in xs])
+    np.testing.assert_allclose(vectorize.vectorized_map(fn, xs), want, rtol=1e-5)
+    other = xs[::-1] * 2.0         # the same closure, new elements
+    np.testing.assert_allclose(vectorize.vectorized_map(fn, other),
+                               np.stack([energy(x, weights) for x in other]), rtol=1e-5)
+  assert conversions[0] == 1
+
+
+def test_elements_the_function_also_closes_over_stay_apart():
+  """fn closes over the tensor first mapped; mapped again over other elements, fn must still
+  read the tensor it closes over."""
+  xs = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+  fn = lambda x: x * tf.reduce_sum(xs)
+  first = vectorize.vectorized_map(fn, xs)
+  np.testing.assert_allclose(first, xs.numpy() * 10.0)
+  ys = tf.constant([[5.0, 6.0], [7.0, 8.0]])
+  np.testing.assert_allclose(vectorize.vectorized_map(fn, ys), ys.numpy() * 10.0)
+
+
+def test_gradients_flow_to_each_closures_tensors():
+  for k in range(2):
+    w = tf.Variable(np.full([3], k + 1.0, np.float32))   # not cached: a resource
+    v = tf.constant(np.full([3], k + 2.0, np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+      tape.watch(v)
+      got = tf.reduce_sum(vectorize.vectorized_map(lambda x: tf.sin(x * v) * w, X))
+      want = tf.reduce_sum(tf.stack([tf.sin(x * v) * w for x in X]))
+    for source in (v, w):
+      np.testing.assert_allclose(tape.gradient(got, source), tape.gradient(want, source),
+                                 rtol=1e-5)
+
+
+def test_a_body_that_captures_a_variable_converts_per_closure(conversions):
+  for k in range(2):
+    v = tf.Variable(np.full([3], k + 1.0, np.float32))
+    body = lambda i, v=v: X[i] * v
+    np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4))
+  assert conversions[0] == 2

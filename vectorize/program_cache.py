@@ -1,0 +1,238 @@
+"""The program-keyed cache: an eager call whose body is a new closure over new tensors (as
+TensorCircuit's `vmap` makes one per call) reuses the conversion of the same program.
+
+The eager cache (`cache.py`) keys a body by its code and what it closes over, tensors by
+identity, so a new closure misses it. Here the loop body is traced (that much is needed to
+know its program), and the traced graph is the key: its ops, attributes, input signatures
+and output structure. Captured tensors are inputs of the program, not part of it: each call
+passes its own. Where the program was converted before, the call runs that conversion;
+otherwise this trace is converted, reading its captured tensors from the arguments of the
+conversion's `tf.function`, and kept.
+
+What the key holds exactly: every op and attribute of the traced body, the functions it calls
+(by content, not by name), the shapes and dtypes of its captured tensors, and the values of
+small integer, boolean and string tensors it captures other than the mapped elements
+(TensorFlow captures tensors of up to 128 elements as constants, and an integer one may be a
+shape or an axis the conversion reads); captured float and complex tensors are inputs
+whatever their size.
+
+Bodies outside it (they use the closure cache alone): ones that capture variables or other
+resources, take a `pfor_config`, or return composites, Operations or ragged values. A
+conversion that still captured a tensor of the first closure (found after its first call) is
+not reused.
+"""
+
+import collections
+import hashlib
+import re
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.core.framework import tensor_pb2
+
+from vectorize import engine
+from vectorize import graph_io
+from vectorize import options
+from vectorize import trace
+
+_SIZE = 64
+_programs = collections.OrderedDict()   # program key -> _Checked function, or None
+_VALUE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.complex64, tf.complex128)
+
+
+def trace_program(loop_fn, inputs=()):
+  """`loop_fn(i)` traced as the engine traces a loop body, as a `_Program`; None where the
+  body is outside the program cache or tracing fails (the caller's own path then raises
+  what it raises). `inputs`: captured tensors that are inputs whatever their size and dtype
+  (the elements a map reads)."""
+  if engine.wants_config(loop_fn):
+    return None
+  try:
+    with trace.autograph_enabled():
+      body = engine.trace_loop_body(loop_fn)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  program = _Program(body, {id(t) for t in inputs})
+  return program if program.reusable else None
+
+
+def converted(program, call_signature, make_function):
+  """`function(*call_args)` running the conversion of `program` on its own captured tensors,
+  or None where `program` is None.
+
+  Args:
+    program: the traced body (`trace_program`), or None.
+    call_signature: what else the conversion depends on (iteration count, input specs,
+      flags), hashable.
+    make_function: `make_function(program)`, the `tf.function` of `(*call_args, captured)`
+      converting `program.bound(captured)` for this call signature.
+  """
+  if program is None:
+    return None
+  key = (program.fingerprint(), call_signature, options.cache_key())
+  if key in _programs:
+    function = _programs[key]
+    _programs.move_to_end(key)
+    if function is None:
+      return None
+  else:
+    function = _programs[key] = _Checked(make_function(program), key)
+    if len(_programs) > _SIZE:
+      _programs.popitem(last=False)
+  return _Call(function, list(program.captured))
+
+
+class _Call:
+  """A program's conversion bound to one closure's captured tensors."""
+
+  def __init__(self, function, captured):
+    self.function = function
+    self.captured = captured
+
+  def __call__(self, *args, replacing=()):
+    """The conversion on `args`, with `(slot, tensor)` pairs of `replacing` taking those
+    slots of the captured tensors (a map's elements of this call)."""
+    captured = list(self.captured)
+    for slot, tensor in replacing:
+      captured[slot] = tensor
+    return self.function(*args, captured)
+
+
+class _Program:
+  """A traced loop body seen as a program: its captured tensors split into the program's
+  inputs (passed on each call) and the constants that are part of it."""
+
+  def __init__(self, body, forced_inputs):
+    self.body = body
+    graph = body.graph
+    external = {internal.ref(): outer for outer, internal in graph.captures}
+    self.captured = []          # the outer tensors passed as inputs, in graph.inputs' order
+    self.positions = []         # their positions in graph.inputs
+    self.reusable = all(kind in (trace.TENSOR, trace.NONE) for kind in body.traced.kinds)
+    for k, t in enumerate(graph.inputs[1:], 1):
+      outer = external.get(t.ref())
+      if (outer is None or outer.dtype in (tf.resource, tf.variant) or
+          not hasattr(outer, "numpy")):
+        self.reusable = False
+        return
+      if (t.op.type == "Const" and t.dtype not in _VALUE_DTYPES and
+          id(outer) not in forced_inputs):
+        continue               # a small integer, bool or string: part of the program
+      self.captured.append(outer)
+      self.positions.append(k)
+
+  def slots(self, tensors):
+    """Each tensor's position among the captured inputs (None: not captured)."""
+    ids = [id(t) for t in self.captured]
+    return [ids.index(id(t)) if id(t) in ids else None for t in tensors]
+
+  def fingerprint(self):
+    return _fingerprint(self.body.traced, set(self.positions))
+
+  def bound(self, captured):
+    """The body for a conversion in the current graph, its captured inputs `captured`."""
+    return engine.LoopBody(_BoundTraced(self.body.traced, self.positions, captured), None,
+                           lambda i: self.replay(i, captured))
+
+  def replay(self, i, captured):
+    """The traced body re-emitted in the current graph for loop index `i` on `captured`:
+    the loop function a whole-body sequential loop (or the checked mode under XLA) runs."""
+    graph = self.body.graph
+    env = {graph.inputs[0].ref(): i}
+    env.update((graph.inputs[k].ref(), c) for k, c in zip(self.positions, captured))
+    emitted = {}
+    controls = list(getattr(graph, "control_outputs", []))
+    for op in graph_io.ops_in_order(graph.outputs, controls):
+      if op.outputs and all(t.ref() in env for t in op.outputs):
+        continue
+      deps = [emitted[c] for c in op.control_inputs if c in emitted]
+      with tf.control_dependencies(deps):
+        new = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
+      emitted[op] = new
+      env.update((t.ref(), o) for t, o in zip(op.outputs, new.outputs))
+    return self.body.traced.pack([env[t.ref()] for t in graph.outputs], [])
+
+
+class _BoundTraced(trace.Traced):
+  """A traced body whose captured inputs are given tensors of the current graph (the
+  program's arguments), and constants re-made here for those that are part of it."""
+
+  def __init__(self, traced, positions, captured):
+    super().__init__(traced.graph, traced.structure, traced.kinds, traced.markers)
+    self.ragged_ranks = traced.ragged_ranks
+    self._given = dict(zip(positions, captured))
+
+  def captured_inputs(self):
+    inputs = self.graph.inputs
+    return [self._given[k] if k in self._given else
+            graph_io.copy_op(inputs[k].op, []).outputs[0] for k in range(1, len(inputs))]
+
+
+class _Checked:
+  """A program's function that, after its first call, makes sure its conversion captured
+  nothing of the closure it was built from; if it did, the program is not reused."""
+
+  def __init__(self, function, key):
+    self.function = function
+    self.key = key
+    self.checked = False
+
+  def __call__(self, *args):
+    result = self.function(*args)
+    if not self.checked:
+      self.checked = True
+      if self.function.get_concrete_function(*args).graph.captures:
+        _programs[self.key] = None
+    return result
+
+
+# ----------------------------------------------------------------------------- the key
+
+def _fingerprint(traced, value_inputs):
+  """A digest of the traced program: its graph with its inputs renamed by position, the
+  values of captured constants that are inputs left out, and the functions it calls named by
+  their order of first use."""
+  graph = traced.graph
+  graph_def = graph.as_graph_def()
+  library = {f.signature.name: f for f in graph_def.library.function}
+  del graph_def.library.function[:]
+  renames = {t.op.name: f"__input_{k}" for k, t in enumerate(graph.inputs)}
+  blank = {graph.inputs[k].op.name for k in value_inputs}
+  for node in graph_def.node:
+    if node.name in blank and node.op == "Const":
+      _blank_value(node)
+    if node.name in renames:
+      node.name = renames[node.name]
+      node.attr.pop("_user_specified_name", None)   # a capture's unique id
+    node.input[:] = [_renamed(i, renames) for i in node.input]
+  structure = repr((traced.kinds, tf.nest.map_structure(lambda _: 0, traced.structure)))
+  digest = hashlib.sha256(structure.encode())
+  main = graph_def.SerializeToString(deterministic=True)
+  if not library:
+    digest.update(main)
+    return digest.hexdigest()
+  pattern = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(library, key=len,
+                                                                        reverse=True)))
+  order = {}
+  pending = [main]
+  while pending:
+    blob = pending.pop(0)
+    for m in pattern.finditer(blob):
+      if m.group(0) not in order:
+        order[m.group(0)] = len(order)
+        pending.append(library[m.group(0).decode()].SerializeToString(deterministic=True))
+    digest.update(pattern.sub(lambda m: b"__function_%d" % order[m.group(0)], blob))
+  return digest.hexdigest()
+
+
+def _blank_value(node):
+  value = node.attr["value"].tensor
+  node.attr["value"].CopyFrom(attr_value_pb2.AttrValue(tensor=tensor_pb2.TensorProto(
+      dtype=value.dtype, tensor_shape=value.tensor_shape)))
+
+
+def _renamed(name, renames):
+  control = name.startswith("^")
+  base, _, port = name.lstrip("^").partition(":")
+  base = renames.get(base, base)
+  return ("^" if control else "") + base + (":" + port if port else "")
