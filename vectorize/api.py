@@ -68,10 +68,8 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
   static = isinstance(iters, int)
   key = (callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
          parallel_iterations, warn)
-  fn = cached(key, lambda: _program_function(
-      loop_fn, static, iters, fallback_to_while_loop, parallel_iterations, warn) or
-              _make_eager_function(loop_fn, static, iters, fallback_to_while_loop,
-                                   parallel_iterations, warn))
+  fn = cached(key, lambda: _program_function(loop_fn, static, iters, fallback_to_while_loop,
+                                             parallel_iterations, warn))
   with functions_traced():
     return fn() if static else fn(tf.cast(iters, tf.int32))
 
@@ -179,19 +177,23 @@ def _check_parallel_iterations(parallel_iterations):
 
 # ----------------------------------------------------------------------------- in graph
 
-def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
+def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, warn,
+                         program=None):
+  """The eager pfor's own `tf.function`; it converts `program`'s trace of `loop_fn` where
+  there is one (a body outside the program cache, traced for its key already)."""
+  def build(n):
+    body = program_cache.bound_in_graph(program) if program is not None else None
+    return _eager_body(pfor_in_graph, body.loop_fn if body else loop_fn, n, fallback,
+                       parallel_iterations, warn, body=body)
+
   if static:
-    return tf.function(functools.partial(_eager_body, pfor_in_graph, loop_fn, iters,
-                                         fallback, parallel_iterations, warn),
-                       autograph=False)
-  return tf.function(
-      lambda n: _eager_body(pfor_in_graph, loop_fn, n, fallback, parallel_iterations, warn),
-      input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
+    return tf.function(lambda: build(iters), autograph=False)
+  return tf.function(build, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
 
 
 def _program_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
-  """The eager pfor of `loop_fn` through the program cache (a new closure of a program
-  converted before reuses its conversion), or None where the body is outside it."""
+  """The eager pfor of `loop_fn`: through the program cache (a new closure of a program
+  converted before reuses its conversion), or its own `tf.function`."""
   with functions_traced():
     program = program_cache.trace_program(loop_fn)
 
@@ -204,7 +206,8 @@ def _program_function(loop_fn, static, iters, fallback, parallel_iterations, war
     return tf.function(convert, autograph=False)
 
   signature = (iters if static else "dynamic", fallback, parallel_iterations, warn)
-  return program_cache.converted(program, signature, make)
+  return program_cache.converted(program, signature, make) or _make_eager_function(
+      loop_fn, static, iters, fallback, parallel_iterations, warn, program)
 
 
 def _program_map_function(fn, elems, fallback, warn):
@@ -234,11 +237,21 @@ def _program_map_function(fn, elems, fallback, warn):
     return tf.function(convert, autograph=False)
 
   run = program_cache.converted(program, (specs, fallback, warn), make)
-  if run is None:
+  if run is not None:
+    slots = program.slots(flat)
+    return lambda elems_now: run(replacing=[(slot, e) for slot, e in zip(
+        slots, tf.nest.flatten(elems_now)) if slot is not None])
+  if program is None:
     return None
-  slots = program.slots(flat)
-  return lambda elems_now: run(replacing=[(slot, e) for slot, e in zip(
-      slots, tf.nest.flatten(elems_now)) if slot is not None])
+  positions = program.positions_of(flat)
+
+  def convert_own(elems_arg):   # outside the program cache: this trace, these elements
+    given = {k: e for k, e in zip(positions, tf.nest.flatten(elems_arg)) if k is not None}
+    body = program_cache.bound_in_graph(program, given)
+    return _eager_body(pfor_in_graph, body.loop_fn, n, fallback, None, warn, is_a_size=True,
+                       body=body)
+
+  return tf.function(convert_own, autograph=False)
 
 
 def _dense_specs(elems):

@@ -41,10 +41,11 @@ _VALUE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.complex64, 
 
 
 def trace_program(loop_fn, inputs=()):
-  """`loop_fn(i)` traced as the engine traces a loop body, as a `_Program`; None where the
-  body is outside the program cache or tracing fails (the caller's own path then raises
-  what it raises). `inputs`: captured tensors that are inputs whatever their size and dtype
-  (the elements a map reads)."""
+  """`loop_fn(i)` traced as the engine traces a loop body, as a `_Program` (whose trace the
+  caller converts whether or not the program is `reusable`); None where the body takes a
+  `pfor_config` or tracing fails (the caller's own path then raises what it raises).
+  `inputs`: captured tensors that are inputs whatever their size and dtype (the elements a
+  map reads)."""
   if engine.wants_config(loop_fn):
     return None
   try:
@@ -52,8 +53,7 @@ def trace_program(loop_fn, inputs=()):
       body = engine.trace_loop_body(loop_fn)
   except Exception:  # pylint: disable=broad-except
     return None
-  program = _Program(body, {id(t) for t in inputs})
-  return program if program.reusable else None
+  return _Program(body, {id(t) for t in inputs})
 
 
 def converted(program, call_signature, make_function):
@@ -67,7 +67,7 @@ def converted(program, call_signature, make_function):
     make_function: `make_function(program)`, the `tf.function` of `(*call_args, captured)`
       converting `program.bound(captured)` for this call signature.
   """
-  if program is None:
+  if program is None or not program.reusable:
     return None
   key = (program.fingerprint(), call_signature, options.cache_key())
   if key in _programs:
@@ -98,6 +98,13 @@ class _Call:
     return self.function(*args, captured)
 
 
+def bound_in_graph(program, given=None):
+  """`program`'s body for a conversion in the current graph: graph input k reads
+  `given[k]`, its other captured tensors captured here as usual."""
+  return engine.LoopBody(_BoundTraced(program, given or {}), None,
+                         lambda i: program.replay(i, given or {}))
+
+
 class _Program:
   """A traced loop body seen as a program: its captured tensors split into the program's
   inputs (passed on each call) and the constants that are part of it."""
@@ -105,41 +112,60 @@ class _Program:
   def __init__(self, body, forced_inputs):
     self.body = body
     graph = body.graph
-    external = {internal.ref(): outer for outer, internal in graph.captures}
+    internal_to_outer = {internal.ref(): outer for outer, internal in graph.captures}
+    self.outer = {k: internal_to_outer.get(t.ref()) for k, t in enumerate(graph.inputs)
+                  if k > 0}
     self.captured = []          # the outer tensors passed as inputs, in graph.inputs' order
     self.positions = []         # their positions in graph.inputs
     self.reusable = all(kind in (trace.TENSOR, trace.NONE) for kind in body.traced.kinds)
-    for k, t in enumerate(graph.inputs[1:], 1):
-      outer = external.get(t.ref())
+    for k, outer in self.outer.items():
+      t = graph.inputs[k]
       if (outer is None or outer.dtype in (tf.resource, tf.variant) or
           not hasattr(outer, "numpy")):
         self.reusable = False
-        return
-      if (t.op.type == "Const" and t.dtype not in _VALUE_DTYPES and
-          id(outer) not in forced_inputs):
-        continue               # a small integer, bool or string: part of the program
-      self.captured.append(outer)
-      self.positions.append(k)
+      elif (t.op.type != "Const" or t.dtype in _VALUE_DTYPES or
+            id(outer) in forced_inputs):
+        self.captured.append(outer)
+        self.positions.append(k)
+      # else: a small integer, bool or string constant: part of the program
 
   def slots(self, tensors):
     """Each tensor's position among the captured inputs (None: not captured)."""
     ids = [id(t) for t in self.captured]
     return [ids.index(id(t)) if id(t) in ids else None for t in tensors]
 
+  def positions_of(self, tensors):
+    """Each tensor's position among the graph's inputs (None: not captured)."""
+    where = {id(outer): k for k, outer in self.outer.items()}
+    return [where.get(id(t)) for t in tensors]
+
   def fingerprint(self):
     return _fingerprint(self.body.traced, set(self.positions))
 
   def bound(self, captured):
     """The body for a conversion in the current graph, its captured inputs `captured`."""
-    return engine.LoopBody(_BoundTraced(self.body.traced, self.positions, captured), None,
-                           lambda i: self.replay(i, captured))
+    return bound_in_graph(self, dict(zip(self.positions, captured)))
 
-  def replay(self, i, captured):
-    """The traced body re-emitted in the current graph for loop index `i` on `captured`:
-    the loop function a whole-body sequential loop (or the checked mode under XLA) runs."""
+  def input_value(self, k, given):
+    """Graph input k's value in the current graph: given, a program constant made again,
+    or its outer tensor captured."""
+    if k in given:
+      return given[k]
+    t = self.body.graph.inputs[k]
+    if t.op.type == "Const" and k not in self.positions:
+      return graph_io.copy_op(t.op, []).outputs[0]
+    if self.outer[k] is None:
+      raise ValueError(f"Input {t.name} of the traced function is neither an argument nor "
+                       "a captured tensor.")
+    return trace.capture(self.outer[k])
+
+  def replay(self, i, given):
+    """The traced body re-emitted in the current graph for loop index `i`, graph input k
+    reading `given[k]` (the others as `input_value`): the loop function a whole-body
+    sequential loop (or the checked mode under XLA) runs."""
     graph = self.body.graph
     env = {graph.inputs[0].ref(): i}
-    env.update((graph.inputs[k].ref(), c) for k, c in zip(self.positions, captured))
+    env.update((graph.inputs[k].ref(), self.input_value(k, given)) for k in self.outer)
     emitted = {}
     controls = list(getattr(graph, "control_outputs", []))
     for op in graph_io.ops_in_order(graph.outputs, controls):
@@ -154,18 +180,17 @@ class _Program:
 
 
 class _BoundTraced(trace.Traced):
-  """A traced body whose captured inputs are given tensors of the current graph (the
-  program's arguments), and constants re-made here for those that are part of it."""
+  """A traced body whose captured inputs are `program.input_value`s in the current graph."""
 
-  def __init__(self, traced, positions, captured):
+  def __init__(self, program, given):
+    traced = program.body.traced
     super().__init__(traced.graph, traced.structure, traced.kinds, traced.markers)
     self.ragged_ranks = traced.ragged_ranks
-    self._given = dict(zip(positions, captured))
+    self._program = program
+    self._given = given
 
   def captured_inputs(self):
-    inputs = self.graph.inputs
-    return [self._given[k] if k in self._given else
-            graph_io.copy_op(inputs[k].op, []).outputs[0] for k in range(1, len(inputs))]
+    return [self._program.input_value(k, self._given) for k in sorted(self._program.outer)]
 
 
 class _Checked:

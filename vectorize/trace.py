@@ -68,7 +68,7 @@ class Traced:
       if external is None:
         raise ValueError(f"Input {t.name} of the traced function is neither an argument nor "
                          "a captured tensor.")
-      outer.append(_capture(external))
+      outer.append(capture(external))
     return outer
 
   def pack(self, tensors, operations):
@@ -270,7 +270,8 @@ def _marker(operation):
     return tf.no_op(name="pfor_output_operation")
 
 
-def _capture(external):
+def capture(external):
+  """`external` (an outer or eager tensor) as a tensor of the current graph."""
   graph = tf.compat.v1.get_default_graph()
   if hasattr(graph, "capture") and (hasattr(external, "numpy") or external.graph is not graph):
     return graph.capture(external)

@@ -132,3 +132,18 @@ def test_a_body_that_captures_a_variable_converts_per_closure(conversions):
     body = lambda i, v=v: X[i] * v
     np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4))
   assert conversions[0] == 2
+
+
+def test_a_body_outside_the_program_cache_is_traced_once(conversions):
+  """A body that captures a variable is converted from the trace made for its key, not
+  traced a second time."""
+  v = tf.Variable([1.0, 2.0, 3.0])
+  traces = []
+
+  def body(i):
+    traces.append(i)
+    return X[i] * v
+
+  np.testing.assert_allclose(vectorize.pfor(body, 4), X.numpy() * v.numpy())
+  np.testing.assert_allclose(vectorize.vectorized_map(lambda x: x * v, X), X.numpy() * v)
+  assert len(traces) == 1 and conversions[0] == 2
