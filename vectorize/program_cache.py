@@ -13,8 +13,10 @@ What the key holds exactly: every op and attribute of the traced body, the funct
 (by content, not by name), the shapes and dtypes of its captured tensors, and the values of
 small integer, boolean and string tensors it captures other than the mapped elements
 (TensorFlow captures tensors of up to 128 elements as constants, and an integer one may be a
-shape or an axis the conversion reads); captured float and complex tensors are inputs
-whatever their size.
+shape or an axis the conversion reads). Captured float and complex tensors, and a map's
+elements, are inputs whatever their size: they are traced as placeholders, so neither shape
+inference nor a converter can read their values (a `tf.range` to a captured float limit has
+a size known only at run time in the program).
 
 Bodies outside it (they use the closure cache alone): ones that capture variables or other
 resources, take a `pfor_config`, or return composites, Operations or ragged values. A
@@ -23,12 +25,14 @@ not reused.
 """
 
 import collections
+import contextlib
 import hashlib
 import re
+import threading
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
-from tensorflow.core.framework import tensor_pb2
+from tensorflow.python.framework import func_graph
+from tensorflow.python.framework import ops as tf_ops
 
 from vectorize import engine
 from vectorize import graph_io
@@ -48,12 +52,42 @@ def trace_program(loop_fn, inputs=()):
   map reads)."""
   if engine.wants_config(loop_fn):
     return None
+  forced = {id(t) for t in inputs}
   try:
-    with trace.autograph_enabled():
+    with trace.autograph_enabled(), _captured_as_placeholders(forced):
       body = engine.trace_loop_body(loop_fn)
   except Exception:  # pylint: disable=broad-except
     return None
-  return _Program(body, {id(t) for t in inputs})
+  return _Program(body, forced)
+
+
+_tracing = threading.local()
+
+
+@contextlib.contextmanager
+def _captured_as_placeholders(forced):
+  """While tracing a program: captured eager tensors of a float or complex dtype, and those
+  of `forced`, become placeholders whatever their size (TensorFlow makes tensors of up to
+  128 elements constants, whose values shape inference and converters would then read, and
+  which could not differ between calls of the program)."""
+  original = func_graph.FuncGraph.capture
+  _tracing.forced = forced
+
+  def capture(graph, tensor, name=None, shape=None):
+    forced_here = getattr(_tracing, "forced", None)
+    if forced_here is not None and isinstance(tensor, tf_ops.EagerTensor) and (
+        tensor.dtype in _VALUE_DTYPES or id(tensor) in forced_here):
+      helper = getattr(graph._function_captures, "_create_placeholder_helper", None)  # pylint: disable=protected-access
+      if helper is not None:
+        return helper(graph, tensor, name or str(tf_ops.uid()))
+    return original(graph, tensor, name, shape)
+
+  func_graph.FuncGraph.capture = capture
+  try:
+    yield
+  finally:
+    func_graph.FuncGraph.capture = original
+    _tracing.forced = None
 
 
 def converted(program, call_signature, make_function):
@@ -123,10 +157,11 @@ class _Program:
       if (outer is None or outer.dtype in (tf.resource, tf.variant) or
           not hasattr(outer, "numpy")):
         self.reusable = False
-      elif (t.op.type != "Const" or t.dtype in _VALUE_DTYPES or
-            id(outer) in forced_inputs):
+      elif t.op.type != "Const":
         self.captured.append(outer)
         self.positions.append(k)
+      elif t.dtype in _VALUE_DTYPES or id(outer) in forced_inputs:
+        self.reusable = False    # not made a placeholder: its value is in the graph
       # else: a small integer, bool or string constant: part of the program
 
   def slots(self, tensors):
@@ -140,7 +175,7 @@ class _Program:
     return [where.get(id(t)) for t in tensors]
 
   def fingerprint(self):
-    return _fingerprint(self.body.traced, set(self.positions))
+    return _fingerprint(self.body.traced)
 
   def bound(self, captured):
     """The body for a conversion in the current graph, its captured inputs `captured`."""
@@ -213,19 +248,15 @@ class _Checked:
 
 # ----------------------------------------------------------------------------- the key
 
-def _fingerprint(traced, value_inputs):
-  """A digest of the traced program: its graph with its inputs renamed by position, the
-  values of captured constants that are inputs left out, and the functions it calls named by
-  their order of first use."""
+def _fingerprint(traced):
+  """A digest of the traced program: its graph with its inputs renamed by position, and the
+  functions it calls named by their order of first use."""
   graph = traced.graph
   graph_def = graph.as_graph_def()
   library = {f.signature.name: f for f in graph_def.library.function}
   del graph_def.library.function[:]
   renames = {t.op.name: f"__input_{k}" for k, t in enumerate(graph.inputs)}
-  blank = {graph.inputs[k].op.name for k in value_inputs}
   for node in graph_def.node:
-    if node.name in blank and node.op == "Const":
-      _blank_value(node)
     if node.name in renames:
       node.name = renames[node.name]
       node.attr.pop("_user_specified_name", None)   # a capture's unique id
@@ -248,12 +279,6 @@ def _fingerprint(traced, value_inputs):
         pending.append(library[m.group(0).decode()].SerializeToString(deterministic=True))
     digest.update(pattern.sub(lambda m: b"__function_%d" % order[m.group(0)], blob))
   return digest.hexdigest()
-
-
-def _blank_value(node):
-  value = node.attr["value"].tensor
-  node.attr["value"].CopyFrom(attr_value_pb2.AttrValue(tensor=tensor_pb2.TensorProto(
-      dtype=value.dtype, tensor_shape=value.tensor_shape)))
 
 
 def _renamed(name, renames):

@@ -147,3 +147,24 @@ def test_a_body_outside_the_program_cache_is_traced_once(conversions):
   np.testing.assert_allclose(vectorize.pfor(body, 4), X.numpy() * v.numpy())
   np.testing.assert_allclose(vectorize.vectorized_map(lambda x: x * v, X), X.numpy() * v)
   assert len(traces) == 1 and conversions[0] == 2
+
+
+def test_a_captured_float_whose_value_sets_a_size_is_read_per_call():
+  """A size computed from a captured float (`tf.range` to a limit): traced as a placeholder,
+  so the conversion kept for the first closure serves every limit."""
+  for limit in (3.0, 5.0, 2.0):
+    bound = tf.constant(limit)
+    body = lambda i, bound=bound: tf.reduce_sum(tf.range(0.0, bound)) + X[i, 0]
+    np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4))
+    # A per-iteration value of that size: a constant limit would fix the reshape's rows.
+    body = lambda i, bound=bound: tf.reshape(X[i, 0] * tf.range(0.0, bound), [-1, 1])
+    np.testing.assert_allclose(vectorize.pfor(body, 4), _loop(body, 4))
+
+
+def test_small_integer_elements_are_read_per_call():
+  table = tf.constant(np.arange(40.0).reshape(10, 4), tf.float32)
+  fn = lambda row: tf.gather(table, row)
+  for k in range(3):
+    rows = tf.constant(np.random.default_rng(k).integers(0, 10, [5, 2]), tf.int32)
+    np.testing.assert_allclose(vectorize.vectorized_map(fn, rows),
+                               np.stack([tf.gather(table, r) for r in rows]))
