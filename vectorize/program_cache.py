@@ -71,6 +71,7 @@ def _captured_as_placeholders(forced):
   128 elements constants, whose values shape inference and converters would then read, and
   which could not differ between calls of the program)."""
   original = func_graph.FuncGraph.capture
+  outer = getattr(_tracing, "forced", None)
   _tracing.forced = forced
 
   def capture(graph, tensor, name=None, shape=None):
@@ -87,7 +88,7 @@ def _captured_as_placeholders(forced):
     yield
   finally:
     func_graph.FuncGraph.capture = original
-    _tracing.forced = None
+    _tracing.forced = outer
 
 
 def converted(program, call_signature, make_function):
