@@ -33,6 +33,7 @@ import threading
 import tensorflow as tf
 from tensorflow.python.framework import func_graph
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import resource_variable_ops
 
 from vectorize import engine
 from vectorize import graph_io
@@ -135,7 +136,11 @@ class _Call:
 
 def bound_in_graph(program, given=None):
   """`program`'s body for a conversion in the current graph: graph input k reads
-  `given[k]`, its other captured tensors captured here as usual."""
+  `given[k]`, its other captured tensors captured here as usual, and the variables it reads
+  watched here too (a tape then watches them on every call of the function being traced;
+  the body's own trace watched them only on the call that traced it)."""
+  for variable in program.body.graph.variables:
+    resource_variable_ops.variable_accessed(variable)
   return engine.LoopBody(_BoundTraced(program, given or {}), None,
                          lambda i: program.replay(i, given or {}))
 
@@ -250,10 +255,12 @@ class _Checked:
 # ----------------------------------------------------------------------------- the key
 
 def _fingerprint(traced):
-  """A digest of the traced program: its graph with its inputs renamed by position, and the
-  functions it calls named by their order of first use."""
+  """A digest of the traced program: its graph with its inputs renamed by position and the
+  static shape of every output (shape inference reads values of captured tensors, even of
+  placeholders: a reshape to a slice of a large captured int tensor has a static shape), and
+  the functions it calls named by their order of first use."""
   graph = traced.graph
-  graph_def = graph.as_graph_def()
+  graph_def = graph.as_graph_def(add_shapes=True)
   library = {f.signature.name: f for f in graph_def.library.function}
   del graph_def.library.function[:]
   renames = {t.op.name: f"__input_{k}" for k, t in enumerate(graph.inputs)}

@@ -168,3 +168,28 @@ def test_small_integer_elements_are_read_per_call():
     rows = tf.constant(np.random.default_rng(k).integers(0, 10, [5, 2]), tf.int32)
     np.testing.assert_allclose(vectorize.vectorized_map(fn, rows),
                                np.stack([tf.gather(table, r) for r in rows]))
+
+
+def test_a_tape_watches_a_captured_variable_on_every_call():
+  """helper-21's repro: the body traced for its key outside the call's function left the
+  variable unwatched on cached calls (the gradient was None from the second call on)."""
+  v = tf.Variable([1.0, 2.0, 3.0])
+  fn = lambda x: tf.reduce_sum(x * v)
+  for _ in range(3):
+    with tf.GradientTape() as tape:
+      y = tf.reduce_sum(vectorize.vectorized_map(fn, X[:2]))
+    np.testing.assert_allclose(tape.gradient(y, v), tf.reduce_sum(X[:2], 0))
+    with tf.GradientTape() as tape:
+      y = tf.reduce_sum(vectorize.pfor(lambda i: fn(X[i]), 2))
+    np.testing.assert_allclose(tape.gradient(y, v), tf.reduce_sum(X[:2], 0))
+
+
+def test_a_shape_inferred_from_a_large_captured_integer_tensor_is_in_the_key():
+  """helper-21's repro: a reshape to a slice of a captured int tensor of 302 elements (a
+  placeholder, whose values TF's shape inference reads all the same) kept the first shape."""
+  xs = tf.reshape(tf.range(24.0), [2, 12])
+  for shape in ([2, 6], [3, 4]):
+    table = tf.constant(shape + list(range(300)), tf.int32)
+    fn = lambda x, table=table: tf.reduce_sum(tf.reshape(x, table[:2]), -1)
+    np.testing.assert_allclose(vectorize.vectorized_map(fn, xs),
+                               np.stack([fn(x) for x in xs]))
