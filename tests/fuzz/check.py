@@ -1,7 +1,8 @@
 """Runs one program in each mode and classifies what happened.
 
 Each mode is compared with the sequential loop: eager, function, xla and
-dynamic (run-time n) through `pfor_value`, n0 (n = 0, expected shapes from running
+dynamic (run-time n) through `pfor_value`, closure (eagerly again, a new closure of the body
+over its inputs permuted: the program cache's reuse), n0 (n = 0, expected shapes from running
 iteration 0), and grad (the gradient of a fixed weighted sum of pfor's float outputs w.r.t.
 a captured float input, inside a tf.function, against the same through the eager loop).
 tf1 builds the module again in a tf.Graph and runs the loop and pfor (static n and n fed
@@ -23,6 +24,7 @@ work, not a failure); `invalid` (the loop itself fails: a generator bug, not vec
 and `abort`.
 """
 
+import copy
 import dataclasses
 import hashlib
 import linecache
@@ -37,7 +39,7 @@ import vectorize
 from tests import testing
 from tests.fuzz import ir
 
-MODES = ("eager", "function", "xla", "dynamic", "n0", "grad", "tf1", "data")
+MODES = ("eager", "closure", "function", "xla", "dynamic", "n0", "grad", "tf1", "data")
 OK_CATEGORIES = ("ok", "unsupported", "invalid", "xla_unsupported", "skipped", "fallback")
 
 
@@ -211,8 +213,28 @@ class Loaded:
     for v, x in zip(self.variables, self.initial):
       v.assign(x)
 
+  def with_new_inputs(self, seed):
+    """A copy whose body is a new closure over new input tensors of the same shapes and
+    dtypes: each input's values permuted (so indices and trip counts stay in range)."""
+    other = copy.copy(self)
+    other.args = permuted(self.args, seed)
+    other.body = self.make_body(*other.args)
+    return other
+
+
   def state(self):
     return [v.numpy() for v in self.variables]
+
+
+def permuted(tensors, seed):
+  """Each tensor with its values in another order (the closure mode's new inputs)."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for t in tensors:
+    flat = np.array(t).reshape(-1)   # a writable copy (an empty view is read-only)
+    rng.shuffle(flat)
+    out.append(tf.constant(flat.reshape(t.shape), t.dtype))
+  return out
 
 
 def _loss(outs):
@@ -615,6 +637,15 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
       want = (_empty_where_unknown(want[0], got[0], loaded), want[1])
     elif mode == "data":
       return data_outcome(program, loaded, fallback) or Outcome("ok")
+    elif mode == "closure":
+      # The body again as a new closure over new inputs, eagerly, after the eager mode's
+      # call: the program cache runs the conversion kept for the program on these tensors.
+      other = loaded.with_new_inputs(program.seed)
+      try:
+        want = loop_value(other, n)
+      except Exception as e:  # pylint: disable=broad-except
+        return Outcome("invalid", f"{headline(e)}; the loop fails on the permuted inputs")
+      got = pfor_value(other, n, "eager", fallback)
     elif mode == "tf1":
       if "state_recurrence" in program.kinds():
         return Outcome("invalid", "the body reads a variable it writes: a TF1 graph orders "
@@ -857,6 +888,25 @@ def repro(program, mode):
     ] + (["  check([v.numpy() for v in VARS], want_state)"] if variables else [])
     return src + "\n".join(common[:7] + compare_lines + tail) + "\n"
   call = "vectorize.pfor(body, N, fallback_to_while_loop=False)"
+  if mode == "closure":
+    # The first closure converts; a new one over permuted inputs runs that conversion.
+    common = common[:9] + [
+        f"out = {call}",
+        "",
+        "",
+        "def permuted(tensors, seed):",
+        "  rng = np.random.default_rng(seed)",
+        "  out = []",
+        "  for t in tensors:",
+        "    flat = np.array(t).reshape(-1)",
+        "    rng.shuffle(flat)",
+        "    out.append(tf.constant(flat.reshape(t.shape), t.dtype))",
+        "  return out",
+        "",
+        "",
+        f"body = make_body(*permuted(ARGS, {program.seed}))",
+    ] + common[9:]
+    mode = "eager"
   run = {
       "eager": f"out = {call}",
       "function": f"out = tf.function(lambda: {call}, autograph=False)()",

@@ -32,7 +32,7 @@ def _params():
 
 
 # The modes the CI seeds were fixed with; the campaign also runs "tf1" and "data".
-CI_MODES = ("eager", "function", "xla", "dynamic", "n0", "grad")
+CI_MODES = ("eager", "closure", "function", "xla", "dynamic", "n0", "grad")
 
 
 @pytest.mark.parametrize("seed", list(_params()))
@@ -226,3 +226,18 @@ def test_n0_shapes_come_from_iteration_0_traced_without_grappler():
   returns an int32 scalar; n = 0's expected outputs no longer take that dtype."""
   program = programs.generate(3600030)
   assert check.check(program, ("n0",)).outcomes["n0"].category == "ok"
+
+
+def test_closure_mode_runs_a_new_closure_over_permuted_inputs():
+  """The closure mode's inputs: same shapes and dtypes, values permuted (indices and trip
+  counts stay in range), a body of its own; the loop over them is its reference."""
+  program = programs.generate(3)
+  loaded = check.Loaded(program)
+  other = loaded.with_new_inputs(program.seed)
+  assert other.body is not loaded.body
+  for a, b in zip(loaded.args, other.args):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_array_equal(np.sort(np.asarray(a).reshape(-1)),
+                                  np.sort(np.asarray(b).reshape(-1)))
+  assert any(not np.array_equal(a, b) for a, b in zip(loaded.args, other.args))
+  assert check.check(program, ("eager", "closure")).outcomes["closure"].category == "ok"
