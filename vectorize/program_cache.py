@@ -208,7 +208,8 @@ class _Program:
     env = {graph.inputs[0].ref(): i}
     env.update((graph.inputs[k].ref(), self.input_value(k, given)) for k in self.outer)
     emitted = {}
-    controls = list(getattr(graph, "control_outputs", []))
+    markers = self.body.traced.markers
+    controls = list(markers) + list(getattr(graph, "control_outputs", []))
     for op in graph_io.ops_in_order(graph.outputs, controls):
       if op.outputs and all(t.ref() in env for t in op.outputs):
         continue
@@ -217,7 +218,8 @@ class _Program:
         new = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
       emitted[op] = new
       env.update((t.ref(), o) for t, o in zip(op.outputs, new.outputs))
-    return self.body.traced.pack([env[t.ref()] for t in graph.outputs], [])
+    return self.body.traced.pack([env[t.ref()] for t in graph.outputs],
+                                 [emitted[m] for m in markers], stacked=False)
 
 
 class _BoundTraced(trace.Traced):

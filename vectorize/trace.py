@@ -71,15 +71,18 @@ class Traced:
       outer.append(capture(external))
     return outer
 
-  def pack(self, tensors, operations):
+  def pack(self, tensors, operations, stacked=True):
     """The function's structure with its tensors and Operations replaced, None kept; a
-    RaggedTensor leaf gets one more ragged dimension from its stacked components."""
+    RaggedTensor leaf gets one more ragged dimension from its stacked components (or, with
+    `stacked=False`, is one call's RaggedTensor again, from its own components)."""
     tensors, operations = iter(tensors), iter(operations)
     ragged_ranks = iter(self.ragged_ranks)
 
     def leaf(kind):
       if kind == RAGGED:
         parts = [next(tensors) for _ in range(1 + next(ragged_ranks))]
+        if not stacked:
+          return tf.RaggedTensor.from_nested_row_splits(parts[0], parts[1:], validate=False)
         return ragged.stack_ragged_outputs(parts[0], parts[1:])
       return next(tensors) if kind == TENSOR else next(operations) if kind == OPERATION \
           else None
