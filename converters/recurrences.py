@@ -73,11 +73,13 @@ def sequential_read(op, accesses, position):
 def _differentiated_as_a_read(op, value):
   """`value` with the gradient of a read: 1 with respect to the variable and none through
   the updates' values (a tape does not differentiate through an assignment). Adds an exact
-  zero, so the value keeps its bits."""
+  zero, so the value keeps its bits (an infinite one too)."""
   if not (value.dtype.is_floating or value.dtype.is_complex):   # no gradient to carry
     return value
   current = op.rebuild([op.invariant(0)])[0]
-  zero = current - tf.stop_gradient(current)
+  # (x - x is NaN for an infinite x: such entries add a plain zero, with no gradient.)
+  zero = tf.where(tf.math.is_finite(current), current - tf.stop_gradient(current),
+                  tf.zeros_like(current))
   if value.stacked:
     return stacked(tf.stop_gradient(value.tensor) + zero)
   return invariant(tf.stop_gradient(value.tensor) + zero)

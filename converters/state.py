@@ -234,8 +234,12 @@ def _when_any_iteration(op, write):
 
 
 def _times_n(op, value):
-  """A loop-invariant update applied n times, as one update."""
-  return value * tf.cast(op.ctx.n, value.dtype)
+  """A loop-invariant update applied n times, as one update: none at n = 0, even of an
+  infinite or NaN value (whose product with 0 is NaN)."""
+  n = tf.cast(op.ctx.n, value.dtype)
+  if value.dtype.is_floating or value.dtype.is_complex:
+    return tf.math.multiply_no_nan(value, n)
+  return value * n
 
 
 # ----------------------------------------------------------------------------- reads

@@ -539,3 +539,27 @@ def test_float_running_sum_rounds_as_the_loop_does(mode, subtract):
   np.testing.assert_array_equal(actual[0], expected[0])
   np.testing.assert_array_equal(actual[1], expected[1])
   assert after_pfor == v.numpy() == expected[1][-1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_infinite_updates_and_reads_equal_the_loop(mode, n):
+  """Fuzz seed 3600305: an update by -inf (the max of an empty mask) read back gave NaN (the
+  read's exact zero, x - x, is NaN for an infinite x), and at n = 0 the invariant
+  addition `-inf * 0` made the variable NaN where the loop leaves it as it was."""
+  empty_max = tf.reduce_max(tf.boolean_mask(X[0], X[0] > 100.0))     # -inf
+
+  def make_body(v):
+    def body(i):
+      v.assign_add(empty_max)
+      return v.read_value() + X[i, 0] * 0.0
+    return body
+  _check_reads_and_effect(make_body, tf.constant(0.5), n, mode)
+  counter = tf.Variable(7)
+
+  def count(i):
+    counter.assign_add(3)
+    return i
+
+  testing.run_pfor(count, n, mode=mode)
+  assert counter.numpy() == 7 + 3 * n
