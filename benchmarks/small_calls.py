@@ -2,10 +2,11 @@
 a call takes a millisecond or two and any fixed cost of ours (extra identities, function-call
 layers, shape checks) would show.
 
-  python -m benchmarks.small_calls --suite=linear,map_fn,keras_inference --batch=8
+  python -m benchmarks.small_calls --suite=linear,map_fn,keras_inference --batch=8 --noxla
 
 Each workload's vectorize and TF pfor forms, built for `--batch`, are wrapped in `tf.function`
-(and, with `--xla`, `jit_compile=True`), called once to trace and warm up, then timed in
+(with `jit_compile=True` under `--xla`, benchmarks.run's flag, which is on by default:
+`--noxla` times the graphs without XLA), called once to trace and warm up, then timed in
 interleaved rounds of `--calls` calls each (the order alternating); the table gives the
 median per-call time and the median of the within-round ratios, with each graph's op count
 (after tracing, before Grappler).
@@ -28,7 +29,6 @@ from benchmarks import workload as wl
 from benchmarks import workloads
 
 flags.DEFINE_integer("calls", 50, "calls per form per round")
-flags.DEFINE_bool("xla", False, "compile both forms with jit_compile=True")
 FLAGS = flags.FLAGS
 
 _PFORS = (wl.VECTORIZE, wl.TF_PFOR)
