@@ -220,9 +220,9 @@ def _program_map_function(fn, elems, fallback, warn):
   # elements take their places among the captured inputs.
   flat = [tf.identity(e) for e in tf.nest.flatten(elems)]
   n = dims.leading(flat[0])
-  mapped = trace.autograph_like_caller(fn)
 
-  def loop_fn(i):
+  def loop_fn(i):   # fn as the trace's autograph context has it (see trace.py)
+    mapped = trace.autograph_like_caller(fn)
     return mapped(tf.nest.pack_sequence_as(elems, [tf.gather(e, i) for e in flat]))
 
   loop_fn.__name__ = getattr(fn, "__name__", type(fn).__name__)

@@ -193,3 +193,18 @@ def test_a_shape_inferred_from_a_large_captured_integer_tensor_is_in_the_key():
     fn = lambda x, table=table: tf.reduce_sum(tf.reshape(x, table[:2]), -1)
     np.testing.assert_allclose(vectorize.vectorized_map(fn, xs),
                                np.stack([fn(x) for x in xs]))
+
+
+def test_a_body_that_needs_autograph_is_a_program_too(conversions):
+  """A Python `if` on a tensor: traced again with autograph for its key, then reused."""
+  def fn(x):
+    if tf.reduce_sum(x) > 0:
+      return x * 2.0
+    return -x
+
+  for k in range(3):
+    xs = tf.constant(np.random.default_rng(k).standard_normal([4, 3]).astype(np.float32))
+    shift = tf.constant(float(k))     # a tensor: the same program for every k
+    np.testing.assert_allclose(vectorize.vectorized_map(lambda x: fn(x) + shift, xs),
+                               np.stack([fn(x) + shift for x in xs]), rtol=1e-6)
+  assert conversions[0] == 1
