@@ -78,11 +78,17 @@ def _differentiated_as_a_read(op, value):
     return value
   current = op.rebuild([op.invariant(0)])[0]
   # (x - x is NaN for an infinite x: such entries add a plain zero, with no gradient.)
-  zero = tf.where(tf.math.is_finite(current), current - tf.stop_gradient(current),
+  zero = tf.where(_finite(current), current - tf.stop_gradient(current),
                   tf.zeros_like(current))
   if value.stacked:
     return stacked(tf.stop_gradient(value.tensor) + zero)
   return invariant(tf.stop_gradient(value.tensor) + zero)
+
+
+def _finite(x):
+  if x.dtype.is_complex:
+    return tf.logical_and(tf.math.is_finite(tf.math.real(x)), tf.math.is_finite(tf.math.imag(x)))
+  return tf.math.is_finite(x)
 
 
 def _updates(accesses):

@@ -200,6 +200,8 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   # output is checked to have one shape.
   if options.static_shapes_wanted():
     varying = [0] * len(traced.graph.outputs)
+    if options.compiled_by_xla():
+      _refuse_unknown_shapes(traced, [t.shape for t in traced.graph.outputs])
   elif ragged_flags is not None:
     varying = [int(f and ragged.first_dim_varies(t.shape))
                for f, t in zip(ragged_flags, traced.graph.outputs)]
@@ -240,10 +242,26 @@ def _unrolled(fn, traced, n):
   if not n:
     return [tf.zeros([0] + [d or 0 for d in t.shape.as_list()], t.dtype)
             for t in traced.graph.outputs]
+  for parts in zip(*rows):
+    _refuse_unknown_shapes(traced, [p.shape for p in parts])
   try:
     return [tf.stack(parts) for parts in zip(*rows)]
   except ValueError as e:
     raise ConversionError(f"vectorize: {_SHAPE_DIFFERS} ({e})") from None
+
+
+def _refuse_unknown_shapes(traced, shapes):
+  """Under XLA: refuses an output whose shape the graph leaves unknown (a `tf.where`'s
+  count): XLA stacks such values padded to a bound, and no check can run there, so
+  iterations of different sizes would come back as zero-padded rows (fuzz seed 3600387)."""
+  for shape in shapes:
+    if not shape.is_fully_defined():
+      names = ", ".join(t.name for t in traced.graph.outputs
+                        if not t.shape.is_fully_defined()) or "an output"
+      raise ConversionError(
+          f"vectorize: {_SHAPE_DIFFERS} Under XLA (jit_compile=True) an output of shape "
+          f"{shape} ({names}) cannot be checked to have one shape in every iteration: XLA "
+          "would pad it. Give it a static shape, or run without jit_compile.")
 
 
 def _parts(leaf, kind):

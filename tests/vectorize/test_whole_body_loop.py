@@ -254,3 +254,19 @@ def test_a_nested_conditional_survives_grappler_in_a_function():
   want = np.stack([body(tf.constant(i)).numpy() for i in range(4)])
   np.testing.assert_array_equal(got, want)
   assert got_v == v.numpy()
+
+
+def test_an_output_of_unknown_shape_under_xla_is_refused_not_padded():
+  """Fuzz seed 3600387: the whole body runs as a loop under XLA (an assign in a branch) and
+  returns `tf.where`'s coordinates, whose count differs per iteration: XLA stacked them
+  padded with zeros, silently. Now a ConversionError says so."""
+  v = tf.Variable(0.0)
+  xs = tf.constant([[1.0, -1.0, 2.0], [-1.0, -1.0, 3.0], [4.0, 5.0, 6.0]])
+
+  def body(i):
+    c = tf.cond(xs[i, 0] > 0, lambda: v.assign(xs[i, 1]).value(), lambda: v.read_value())
+    return tf.where(xs[i] > c * 0.0)     # converted after the refused update
+
+  run = tf.function(lambda: vectorize.pfor(body, 3), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="XLA would pad it"):
+    run()
