@@ -260,12 +260,17 @@ def grad_target(program, loaded):
   return random.Random(program.seed).choice(floats)
 
 
-def reference_gradient(loaded, n, k, numpy=True):
+def reference_gradient(loaded, n, k, numpy=True, body_as_function=False):
+  """The loop's gradient; `body_as_function`: each iteration a call of the body as one
+  `tf.function`, as pfor traces it (whose gradient differentiates every output of the call,
+  even one the loss does not use)."""
   loaded.reset()
   args = list(loaded.args)
   with tf.GradientTape() as tape:
     tape.watch(args[k])
     body = loaded.make_body(*args)
+    if body_as_function:
+      body = tf.function(body, autograph=False)
     outs = [body(tf.constant(i)) for i in range(n)]
     loss = _loss(tf.nest.map_structure(lambda *xs: stack(xs), *outs))
   grad = tf.convert_to_tensor(tape.gradient(loss, args[k], unconnected_gradients="zero"))
@@ -333,13 +338,18 @@ def _stacked_rows(rows):
 
 def _graph_gradient_fails(program, loaded, n):
   """Whether the loop's gradient fails in a graph too (eagerly, a loop that makes no trip
-  returns its inputs themselves, so what a tape connects differs from a graph's)."""
-  try:
-    tf.function(lambda: tf.convert_to_tensor(reference_gradient(
-        loaded, n, grad_target(program, loaded), numpy=False)), autograph=False)()
-    return False
-  except Exception:  # pylint: disable=broad-except
-    return True
+  returns its inputs themselves, so what a tape connects differs from a graph's), or with the
+  body called as one function, as pfor traces it (a function's gradient differentiates all
+  its outputs: an op with no gradient on a path the loss does not use raises LookupError
+  there, seed 3400827's AdjustHue)."""
+  for as_function in (False, True):
+    try:
+      tf.function(lambda: tf.convert_to_tensor(reference_gradient(
+          loaded, n, grad_target(program, loaded), numpy=False,
+          body_as_function=as_function)), autograph=False)()
+    except Exception:  # pylint: disable=broad-except
+      return True
+  return False
 
 
 def _xla_refusal(loaded, n, error, expected):

@@ -241,3 +241,12 @@ def test_closure_mode_runs_a_new_closure_over_permuted_inputs():
                                   np.sort(np.asarray(b).reshape(-1)))
   assert any(not np.array_equal(a, b) for a, b in zip(loaded.args, other.args))
   assert check.check(program, ("eager", "closure")).outcomes["closure"].category == "ok"
+
+
+def test_gradient_that_fails_with_the_body_as_one_function_is_invalid():
+  """Seed 3400827: AdjustHue, which has no gradient, on a path the loss does not use. An
+  eager tape never differentiates it; the gradient of the body traced as one function (as
+  pfor traces it, and TF's own traced loop) differentiates every output and raises
+  LookupError: the loop's gradient fails there too, so not vectorize's failure."""
+  program = programs.generate(3400827)
+  assert check.check(program, ("grad",)).outcomes["grad"].category == "invalid"
