@@ -200,7 +200,7 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   # output is checked to have one shape.
   if options.static_shapes_wanted():
     varying = [0] * len(traced.graph.outputs)
-    if options.compiled_by_xla():
+    if options.compiled_by_xla() and (static_n is None or static_n > 1):
       _refuse_unknown_shapes(traced, [t.shape for t in traced.graph.outputs])
   elif ragged_flags is not None:
     varying = [int(f and ragged.first_dim_varies(t.shape))
@@ -242,7 +242,7 @@ def _unrolled(fn, traced, n):
   if not n:
     return [tf.zeros([0] + [d or 0 for d in t.shape.as_list()], t.dtype)
             for t in traced.graph.outputs]
-  for parts in zip(*rows):
+  for parts in zip(*rows) if n > 1 else ():   # (one iteration: nothing to differ from)
     _refuse_unknown_shapes(traced, [p.shape for p in parts])
   try:
     return [tf.stack(parts) for parts in zip(*rows)]

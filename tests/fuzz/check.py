@@ -363,7 +363,8 @@ def _xla_refusal(loaded, n, error, expected):
   """
   if any(documented in str(error) for documented in (
       "XLA needs static shapes", "output's size depends on the data",
-      "whose size differs per iteration has no static capacity under XLA")):
+      "whose size differs per iteration has no static capacity under XLA",
+      "XLA would pad it")):
     # Documented refusals: a value of per-iteration size has no static shape to pad to (a
     # TensorArray of size f(i) has no static capacity either, seed 3000012); and
     # XLA computes tf.unique wrongly by itself for some inputs (an empty result, walker.py).
