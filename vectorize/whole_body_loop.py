@@ -200,8 +200,6 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
   # output is checked to have one shape.
   if options.static_shapes_wanted():
     varying = [0] * len(traced.graph.outputs)
-    if options.compiled_by_xla() and (static_n is None or static_n > 1):
-      _refuse_unknown_shapes(traced, [t.shape for t in traced.graph.outputs])
   elif ragged_flags is not None:
     varying = [int(f and ragged.first_dim_varies(t.shape))
                for f, t in zip(ragged_flags, traced.graph.outputs)]
@@ -251,9 +249,11 @@ def _unrolled(fn, traced, n):
 
 
 def _refuse_unknown_shapes(traced, shapes):
-  """Under XLA: refuses an output whose shape the graph leaves unknown (a `tf.where`'s
-  count): XLA stacks such values padded to a bound, and no check can run there, so
-  iterations of different sizes would come back as zero-padded rows (fuzz seed 3600387)."""
+  """Under XLA, unrolled: refuses an output whose shape is unknown even with the iteration's
+  index a constant (a `tf.where`'s count): XLA stacks such values padded to a bound, and no
+  check can run there, so iterations of different sizes would come back as zero-padded rows
+  (fuzz seed 3600387). (In the while loop past UNROLLED_UNDER_XLA iterations the trace's
+  shapes do not know the index: `x[i:i + 1]` is unknown there and XLA sizes it.)"""
   for shape in shapes:
     if not shape.is_fully_defined():
       names = ", ".join(t.name for t in traced.graph.outputs
