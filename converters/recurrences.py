@@ -374,7 +374,9 @@ def _decayed_prefix_sums(b, a, steps, ctx):
   mask_shape = lambda t: values.expand_after_loop_axis(t, b.shape.rank - 1)
 
   def one_round(c, power, shift):
-    earlier = tf.roll(c, shift, axis=0) * tf.cast(mask_shape(steps >= shift), c.dtype)
+    # A select, not a product with the mask: 0 * inf is NaN (fuzz seed 3630445).
+    earlier = tf.where(mask_shape(steps >= shift), tf.roll(c, shift, axis=0),
+                       tf.zeros_like(c))
     return c + power * earlier, power * power, shift * 2
 
   c, power, shift = b, a, tf.constant(1)

@@ -563,3 +563,17 @@ def test_infinite_updates_and_reads_equal_the_loop(mode, n):
 
   testing.run_pfor(count, n, mode=mode)
   assert counter.numpy() == 7 + 3 * n
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_affine_recurrence_through_an_infinite_increment_equals_the_loop(mode):
+  """Fuzz seed 3630445: v <- (v + b_i) / 4 with b_1 = -inf. The closed form's prefix sums
+  masked earlier rows by multiplying with 0, and 0 * -inf is NaN (the loop gives -inf)."""
+  b = tf.constant([1.0, -np.inf, 2.0, 0.5, -1.0])
+
+  def make_body(v):
+    def body(i):
+      v.assign((v + b[i]) / 4.0)
+      return v.read_value() + 0.0
+    return body
+  _check_reads_and_effect(make_body, tf.constant(0.5), 5, mode)
