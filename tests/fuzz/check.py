@@ -651,12 +651,12 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
     elif mode == "closure":
       # The body again as a new closure over new inputs, eagerly, after the eager mode's
       # call: the program cache runs the conversion kept for the program on these tensors.
-      other = loaded.with_new_inputs(program.seed)
+      loaded = loaded.with_new_inputs(program.seed)   # the re-checks below take it too
       try:
-        want = loop_value(other, n)
+        want = loop_value(loaded, n)
       except Exception as e:  # pylint: disable=broad-except
         return Outcome("invalid", f"{headline(e)}; the loop fails on the permuted inputs")
-      got = pfor_value(other, n, "eager", fallback)
+      got = pfor_value(loaded, n, "eager", fallback)
     elif mode == "tf1":
       if "state_recurrence" in program.kinds():
         return Outcome("invalid", "the body reads a variable it writes: a TF1 graph orders "
@@ -694,19 +694,20 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
         outcome = None
     except Exception:  # pylint: disable=broad-except
       pass
-  if (outcome and mode in ("eager", "function", "dynamic") and
+  if (outcome and mode in ("eager", "closure", "function", "dynamic") and
       outcome.category in ("wrong_value", "nan_mismatch", "wrong_shape", "wrong_dtype")):
     # pfor runs in a graph: where the loop traced in a graph gives pfor's answer, the eager
     # loop differs by eager semantics (a loop that makes no trip returns its inputs
     # themselves, which a tape watching its output then connects), or by Grappler's own
     # bugs (TF 2.21: `tf.cond(c, lambda: a + tf.reduce_sum(a), lambda: a)` of a constant
     # scalar `a` and a captured constant `c` gives a float32 [] in any tf.function; seed
-    # 1280060).
+    # 1280060; `tf.argmax(tf.nn.relu(x))` becomes `tf.argmax(x)`, wrong where relu makes
+    # ties: seed 3640223's closure mode).
     graph_want = _compiled_loop(loaded, n, jit_compile=False)
     if graph_want is not None and compare_run(got, graph_want) is None:
       outcome = None
-  if outcome and mode in ("eager", "function", "dynamic", "grad") and outcome.category in (
-      "wrong_value", "nan_mismatch", "wrong_shape", "wrong_dtype"):
+  if outcome and mode in ("eager", "closure", "function", "dynamic", "grad") and (
+      outcome.category in ("wrong_value", "nan_mismatch", "wrong_shape", "wrong_dtype")):
     # TF 2.21's Grappler drops a side effect of some tf.functions the body calls (an update
     # of a tf.cond whose output is unused, its value a sum of a cast: seed 3410663), where
     # pfor's graph keeps it: the loop run without Grappler decides.

@@ -250,3 +250,14 @@ def test_gradient_that_fails_with_the_body_as_one_function_is_invalid():
   LookupError: the loop's gradient fails there too, so not vectorize's failure."""
   program = programs.generate(3400827)
   assert check.check(program, ("grad",)).outcomes["grad"].category == "invalid"
+
+
+def test_grappler_rewriting_argmax_of_relu_is_not_held_against_pfor():
+  """Seed 3640223's closure mode: TF 2.21's Grappler turns `tf.argmax(tf.nn.relu(x))` into
+  `tf.argmax(x)` in any tf.function, wrong where relu makes ties (the permuted inputs have a
+  row of two negatives). pfor's output is a graph: the loop traced in a graph decides."""
+  x = tf.constant([[-0.761, -0.0328]])
+  assert tf.argmax(tf.nn.relu(x), -1).numpy()[0] == 0
+  assert tf.function(lambda: tf.argmax(tf.nn.relu(x), -1))().numpy()[0] == 1
+  program = programs.generate(3640223)
+  assert check.check(program, ("eager", "closure")).outcomes["closure"].category == "ok"
