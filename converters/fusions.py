@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from vectorize import compiled_calls
 from vectorize import graph_io
-from vectorize import options
 from vectorize.values import Value, align_ranks, merge_leading, split_leading, stack, stacked
 
 
@@ -40,8 +39,8 @@ def sum_of_matmuls(op):
     return None
   # Per-iteration contracted axes: a's rows if transposed else its columns; b's the other way.
   contracted = 1 if transpose_a else 2
-  if options.compiled_by_xla() and all(pair[0].tensor.shape[contracted] == 1
-                                       for pair in operands):
+  if op.ctx.target.xla and all(pair[0].tensor.shape[contracted] == 1
+                               for pair in operands):
     return None   # outer products: XLA fuses their sum into one elementwise pass
   a = graph_io.concat([pair[0].tensor for pair in operands], axis=contracted)
   b = graph_io.concat([pair[1].tensor for pair in operands], axis=2 if transpose_b else 1)
@@ -291,7 +290,7 @@ def scaled_difference(op):
       continue
     a, b, factor = align_ranks([a, b, op.value(1 - k)])
     if (_broadcasts_inside([a.shape, b.shape], [a.shape, b.shape, factor.shape]) and
-        op.attr("T") in (tf.float32, tf.float64) and not options.compiled_by_xla()):
+        op.attr("T") in (tf.float32, tf.float64) and not op.ctx.target.xla):
       return stacked(_scaled_sum(a, b, factor, t.op.type == "Sub"))
   return None
 
@@ -326,7 +325,7 @@ def conditional_flip(op):
   of `[h, w, 3]` images, a small axis after the reversed one, goes element by element: at
   batch 128 of 64x64x3 images the two took about 4x the time of the compiled pass."""
   flip = _conditional_flip(op, op.op.outputs[0], axes=None)
-  if flip is None or options.compiled_by_xla():
+  if flip is None or op.ctx.target.xla:
     return None
   x, axis, flag = flip
   x = op.converted(x)

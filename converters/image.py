@@ -17,7 +17,6 @@ import tensorflow as tf
 
 from converters import fusions
 from converters import projective
-from vectorize import options
 from vectorize import walker
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_leading_batch, register_merge_batch
@@ -53,7 +52,7 @@ def _convert_projective_transform(op):
   transforms = _folded_rows(op, 1, n, b)                   # [n*b, 8] or [1, 8]
   output_shape = op.invariant(2)
   folded = merge_leading(images)
-  if options.compiled_by_xla():   # XLA has no kernel: the op in TF ops
+  if op.ctx.target.xla:   # XLA has no kernel: the op in TF ops
     return stacked(split_leading(_transform_in_ops(op, folded, transforms, n, b), n, b))
   if op.type == "ImageProjectiveTransformV2" or not op.is_stacked(3):
     extra = [] if op.type == "ImageProjectiveTransformV2" else [op.invariant(3)]

@@ -774,7 +774,7 @@ def _convert_sparse_reduce_sum(op):
 @ragged.register("Where")
 def _convert_where(op):
   """Coordinates in the flat values, the first one made local to its iteration."""
-  ragged.require_dynamic_shapes(op.op, "one-argument tf.where")
+  op.ctx.target.require_dynamic_shapes(op.op, "one-argument tf.where")
   rows = op.value(0).tensor
   coordinates = tf.where(rows.values)
   flat_rows = tf.cast(coordinates[:, 0], tf.int32)

@@ -35,7 +35,7 @@ def _varying_axes(shape):
 def _convert_decode(op):
   """Each iteration's decode in one while loop; its image flattened over the varying axes
   (`[h * w, c]`) is written to a TensorArray, its sizes to another."""
-  ragged.require_dynamic_shapes(op.op, "an image decoded at its own size")
+  op.ctx.target.require_dynamic_shapes(op.op, "an image decoded at its own size")
   out = op.op.outputs[0]
   k = _varying_axes(out.shape)
   inputs = [op.value(i) for i in range(op.num_inputs)]

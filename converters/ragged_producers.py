@@ -30,7 +30,7 @@ def _convert_range(op):
   same_length = _range_of_invariant_length(op)
   if same_length is not None:
     return same_length
-  ragged.require_dynamic_shapes(op.op, "tf.range with bounds that differ per iteration")
+  op.ctx.target.require_dynamic_shapes(op.op, "tf.range with bounds that differ per iteration")
   start, limit, delta = (op.stacked(k) for k in range(3))
   valid = tf.logical_and(tf.not_equal(delta, 0), tf.where(delta > 0, start <= limit,
                                                           start >= limit))
@@ -91,7 +91,7 @@ def _stacked_ranges(start, length, delta):
 def _convert_where(op):
   """One argument: the coordinates of the stacked input's true (non-zero) entries, loop
   index first, are row-major; the loop index gives the row lengths."""
-  ragged.require_dynamic_shapes(op.op, "one-argument tf.where")
+  op.ctx.target.require_dynamic_shapes(op.op, "one-argument tf.where")
   coordinates = tf.where(op.stacked(0))                   # [total, 1 + rank]
   ids = tf.cast(coordinates[:, 0], tf.int32)
   return ragged.ragged(coordinates[:, 1:], _segment_counts(ids, op.ctx.n), row_ids=ids)
@@ -102,7 +102,7 @@ def _convert_ragged_range(op):
   """All iterations' ranges by one call on their rows one after another (per iteration the
   bounds broadcast to k rows): the values are ragged, each iteration's row splits the
   run of the joint ones at its rows, less its first."""
-  ragged.require_dynamic_shapes(op.op, "tf.ragged.range with per-iteration bounds")
+  op.ctx.target.require_dynamic_shapes(op.op, "tf.ragged.range with per-iteration bounds")
   bounds = [op.stacked(k) for k in range(3)]
   bounds = [b if values.rank(b) == 2 else b[:, None] for b in bounds]        # [n, k]
   shape = tf.broadcast_dynamic_shape(tf.broadcast_dynamic_shape(
@@ -135,7 +135,7 @@ def unique_rows(flat, ids, n, out_idx):
 def _convert_unique(op):
   """All iterations' entries at once, keyed by (iteration, value): unique values ragged, the
   index stacked, the counts ragged like the values."""
-  ragged.require_dynamic_shapes(op.op, f"{op.type}'s output")
+  op.ctx.target.require_dynamic_shapes(op.op, f"{op.type}'s output")
   x = op.stacked(0)                                       # [n, m]
   n = values.loop_length(op.ctx)
   m = values.dynamic_shape(x)[1]
@@ -180,7 +180,7 @@ def tile_per_iteration(op):
   ragged: output row q of iteration i reads its row `q % rows_i`."""
   if not ragged.first_dim_varies(op.output_shape(0)):
     raise Unvectorizable("per-iteration multiples where the graph leaves later axes unknown")
-  ragged.require_dynamic_shapes(op.op, "tf.tile with multiples that differ per iteration")
+  op.ctx.target.require_dynamic_shapes(op.op, "tf.tile with multiples that differ per iteration")
   x = op.value(0)
   multiples = tf.cast(op.stacked(1), tf.int32)                     # [n, rank]
   if ragged.is_ragged(x):

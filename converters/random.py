@@ -29,7 +29,6 @@ gradient of the gamma samplers, is elementwise.
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from converters import philox
 from vectorize import family
@@ -266,7 +265,7 @@ def _register_stateless_uniform_int(op_type, bits_op_type, num_seed_inputs):
       key_counter = _keys_per_iteration(op, num_seed_inputs)
       if key_counter is None:
         return _per_iteration(op)
-      bits = philox.full_int(*key_counter, op.invariant(0), op.value(lo).dtype, xla=_in_xla())
+      bits = philox.full_int(*key_counter, op.invariant(0), op.value(lo).dtype, xla=op.ctx.target.xla)
       return _uniform_int_from_bits(stacked(bits), op.value(lo), op.value(hi))
     bits = op.rebuild([op.invariant(i) for i in range(lo)], attrs={"dtype": op.value(lo).dtype},
                       op_type=bits_op_type)[0]
@@ -289,16 +288,12 @@ def _convert_stateless_shuffle(op):
   return stacked(tf.gather(v.tensor, permutation, axis=1))
 
 
-def _in_xla():
-  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
 def _keys_per_iteration(op, num_seed_inputs):
   """(key `[n, 1]`, counter `[n, 2]`) uint64 for a sampler whose seed inputs (a seed, or key,
   counter and alg) differ per iteration, or None where only the kernel reproduces them (XLA
   draws V1 samplers its own way)."""
   if num_seed_inputs == 1:
-    return None if _in_xla() else philox.key_counter_from_seed(op.stacked(1))
+    return None if op.ctx.target.xla else philox.key_counter_from_seed(op.stacked(1))
   alg = tf.get_static_value(op.value(3).tensor) if not op.is_stacked(3) else None
   if alg is None or int(alg) not in (_PHILOX, _AUTO_SELECT):
     return None
@@ -311,7 +306,7 @@ def _register_keyed_sampler(op_type, sample, supported, num_seed_inputs):
   the kernel runs per iteration."""
 
   def convert(op):
-    dtype, xla = op.op.outputs[0].dtype, _in_xla()
+    dtype, xla = op.op.outputs[0].dtype, op.ctx.target.xla
     key_counter = None
     if not op.is_stacked(0) and supported(dtype, xla, op.output_shape().rank):
       key_counter = _keys_per_iteration(op, num_seed_inputs)
@@ -325,7 +320,7 @@ def _register_keyed_sampler(op_type, sample, supported, num_seed_inputs):
 @register("StatelessRandomGetKeyCounter", "StatelessRandomGetKeyCounterAlg")
 def _convert_stateless_random_get_key_counter(op):
   """Per-iteration seeds: the kernel's seed scrambling for all seeds at once."""
-  key, counter = philox.key_counter_from_seed(op.stacked(0), xla=_in_xla())
+  key, counter = philox.key_counter_from_seed(op.stacked(0), xla=op.ctx.target.xla)
   outputs = [stacked(key), stacked(counter)]
   if op.type == "StatelessRandomGetKeyCounterAlg":
     outputs.append(invariant(op.rebuild([_any_seed(op)])[2]))

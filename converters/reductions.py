@@ -64,7 +64,7 @@ def _trim_to_own_counts(op, out, ids, num_segments):
   iteration's own (its last id + 1): a ragged value, unless the count is the same for all."""
   if isinstance(num_segments, int) or not ids.stacked:
     return out
-  ragged.require_dynamic_shapes(op.op, f"{op.type}'s output (its last segment id + 1 rows)")
+  op.ctx.target.require_dynamic_shapes(op.op, f"{op.type}'s output (its last segment id + 1 rows)")
   counts = tf.cast(tf.maximum(tf.reduce_max(ids.tensor, axis=1), -1) + 1, tf.int32)  # [n]
   keep = tf.sequence_mask(counts, tf.shape(out.tensor)[1])
   return ragged.ragged(tf.boolean_mask(out.tensor, keep), counts)
@@ -175,7 +175,7 @@ def _convert_euclidean_norm(op):
   (XLA) a real norm is the square root of a sum of squares, so the body compiles."""
   x = op.stacked(0)
   axes = values.shift_axis(op.invariant(1))
-  if op.ctx.static_shapes and x.dtype.is_floating:
+  if op.ctx.target.static_shapes and x.dtype.is_floating:
     return stacked(tf.sqrt(tf.reduce_sum(tf.square(x), axes, keepdims=op.attr("keep_dims"))))
   return stacked(op.rebuild([x, axes])[0])
 register_axis_shift("All", "Any", "Max", "Mean", "Min", "Prod", "Sum", axis_input=1,

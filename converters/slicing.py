@@ -26,7 +26,6 @@ from converters import shapes
 from vectorize import graph_io
 from vectorize import indexing
 from vectorize import offsets
-from vectorize import options
 from vectorize import ragged
 from vectorize import values
 from vectorize.errors import ConversionError, Unvectorizable
@@ -193,7 +192,7 @@ class _Varying(NamedTuple):
   fixed: bool = False
 
 
-def _slice_by_plan(x, plan, new_axes, dtype, what):
+def _slice_by_plan(x, plan, new_axes, dtype, what, target):
   """Slices the Value `x` per iteration as `plan` (one entry per input dim) says.
 
   One strided slice applies the `_Fixed` dims (the loop axis rides along as a full slice);
@@ -205,10 +204,11 @@ def _slice_by_plan(x, plan, new_axes, dtype, what):
     begin, end, strides, masks = _fixed_slice_args(plan, x.stacked, dtype)
     x = values.Value(tf.strided_slice(x.tensor, begin, end, strides, **masks), x.stacked)
   positions = _varying_positions(plan)
-  ragged_dim = _ragged_first_axis(positions, new_axes)
+  ragged_dim = _ragged_first_axis(positions, new_axes, target)
   positions = [q for q in positions if q is not ragged_dim]
   if positions:
-    checks = [_same_length_check(p, what) for _, p in positions if p.sizes is not None]
+    checks = [_same_length_check(p, what, target) for _, p in positions
+              if p.sizes is not None]
     with tf.control_dependencies(checks):
       for pos, p in reversed(positions):
         indices = _range_indices(p)
@@ -239,13 +239,13 @@ def _varying_positions(plan):
   return positions
 
 
-def _ragged_first_axis(positions, new_axes):
+def _ragged_first_axis(positions, new_axes, target):
   """The varying dim `(pos, plan)` whose lengths nothing in the graph fixes, when it is the
   only one and becomes the output's first axis (`x[i][:lengths[i]]`, `x[i, s[i]:, 0]`): the
   output is then ragged rather than checked equal. None otherwise."""
   unfixed = [q for q in positions if q[1].sizes is not None and
              not isinstance(q[1].length, int) and not q[1].fixed]
-  if len(unfixed) != 1 or 0 in new_axes or options.static_shapes_wanted():
+  if len(unfixed) != 1 or 0 in new_axes or target.static_shapes:
     return None
   pos = unfixed[0][0]
   dropped_before = sum(1 for q_pos, q in positions if q_pos < pos and q.shrink)
@@ -319,11 +319,11 @@ def _described(kind, op):
   return f"{kind} {op.op.name!r}{user_location(op.op)}"
 
 
-def _same_length_check(p, what):
+def _same_length_check(p, what, target):
   """The run-time check that a varying dim's lengths are the one length planned. XLA drops
   checks, so there a length nothing in the graph fixes is refused instead."""
-  if not isinstance(p.length, int) and options.static_shapes_wanted():
-    where, way_out = options.static_shapes_cause()
+  if not isinstance(p.length, int) and target.static_shapes:
+    where, way_out = target.cause
     raise ConversionError(
         f"Cannot vectorize {what} {where}: its length differs per iteration unless the "
         "graph fixes it, and XLA needs static shapes (and cannot check them at run time). "
@@ -489,7 +489,8 @@ def _convert_strided_slice(op):
     return stacked(op.rebuild([x.tensor, _prepend(begin, 0), _prepend(end, 0),
                                _prepend(strides, 1)], _shifted_masks(op))[0])
   plan, new_axes = _strided_slice_plan(op, x)
-  return _slice_by_plan(x, plan, new_axes, op.attr("Index"), _described("strided slice", op))
+  return _slice_by_plan(x, plan, new_axes, op.attr("Index"), _described("strided slice", op),
+                        op.ctx.target)
 
 
 @register("StridedSliceGrad")
@@ -559,7 +560,7 @@ def _convert_strided_slice_grad_of_ragged(op):
     raise Unvectorizable("the shape or strides of a strided-slice gradient differ per "
                          "iteration")
   plan, new_axes = _strided_slice_plan(op, None)
-  ragged_dim = _ragged_first_axis(_varying_positions(plan), new_axes)
+  ragged_dim = _ragged_first_axis(_varying_positions(plan), new_axes, op.ctx.target)
   if ragged_dim is None:
     raise Unvectorizable("a strided-slice gradient whose size differs per iteration past "
                          "the first axis")
@@ -581,7 +582,7 @@ def _slice_grad_by_plan(op, plan, dy, done=None, shape=None, dims=None):
   dtype = op.attr("Index")
   shape = op.invariant(0) if shape is None else shape
   dims = _shape_entries(op, dtype) if dims is None else dims
-  checks = [_same_length_check(p, _described("strided slice gradient", op))
+  checks = [_same_length_check(p, _described("strided slice gradient", op), op.ctx.target)
             for p in plan if isinstance(p, _Varying) and p.sizes is not None and p is not done]
   pos = 0
   with tf.control_dependencies(checks):
@@ -656,7 +657,7 @@ def _convert_slice(op):
   for d in range(rank):
     static_length = out_shape[d] if out_shape.rank is not None else None
     plan.append(_plan_slice_dim(op, d, dims[d], static_length, dtype))
-  return _slice_by_plan(x, plan, [], dtype, _described("slice", op))
+  return _slice_by_plan(x, plan, [], dtype, _described("slice", op), op.ctx.target)
 
 
 def _plan_slice_dim(op, d, dim, static_length, dtype):
@@ -723,7 +724,7 @@ def _convert_dynamic_partition(op):
                                           shape[r + 1:]], 0))
   per_iteration = values.reshape(partitions.tensor, [n, tf.reduce_prod(shape[1:r + 1])])
   counts = tf.reduce_sum(tf.one_hot(per_iteration, num_partitions, dtype=tf.int32), 1)
-  if not options.static_shapes_wanted():
+  if not op.ctx.target.static_shapes:
     return [ragged.ragged(t, counts[:, p])
             for p, t in enumerate(op.rebuild([flat_data, flat_partitions]))]
   check = tf.debugging.Assert(

@@ -138,7 +138,7 @@ def _refuse_assign_in_a_region(op):
   if op.ctx.live_lanes is not None:
     _refuse(op, "it assigns inside a conditional or loop converted with masks (under XLA, "
             "or a loop carrying a TensorArray), where lanes that do not run it compute too")
-  if op.ctx.partitioned:
+  if op.ctx.target.subset:
     _refuse(op, "it assigns inside a conditional or loop that only some iterations run, "
             "where the write the loop leaves last (the last iteration's) is not known")
 
@@ -187,7 +187,7 @@ def _assigns_stacked(op, assign):
 def _sequential_read(op, reason):
   """What each iteration of a sequential loop reads, where the body's updates of the variable
   are an affine recurrence; refuses with `reason` and why not otherwise."""
-  if op.ctx.partitioned:
+  if op.ctx.target.subset:
     _refuse(op, f"{reason}, inside a branch or loop of the body")
   kinds, position = _ordered_accesses(op)
   try:
@@ -216,7 +216,7 @@ def _check_write(op, value_stacked):
       if kind == _ASSIGN:
         _refuse(op, f"it adds to a variable assigned earlier in the body ({o.name!r}): only "
                 "the last iteration's additions would survive")
-  elif value_stacked and op.ctx.partitioned:
+  elif value_stacked and op.ctx.target.subset:
     for o, kind in kinds[position + 1:]:
       if kind == _ASSIGN:
         break

@@ -20,7 +20,6 @@ from tensorflow.python.ops import list_ops
 
 from vectorize import indexing
 from vectorize import lists
-from vectorize import options
 from vectorize import ragged
 from vectorize import values
 from vectorize import walker
@@ -93,7 +92,7 @@ def _dense_to_write(op, items, lead=1):
   outputs): refused.
   """
   dense = _dense(op, 0, items.shape[lead:])
-  if (op.ctx.static_shapes and op.ctx.partitioned and
+  if (op.ctx.target.static_shapes and op.ctx.target.subset and
       not dense.buffer.shape[2:].is_fully_defined()):
     raise Unvectorizable("the element shape of the TensorList is known only from items "
                          "written in a loop or branch, which static shapes (XLA) cannot "
@@ -105,15 +104,15 @@ def _grown(op, dense, needed):
   """`dense` with room for `needed` elements. Under static shapes (XLA) a list cannot grow:
   one with no room at all (a `dynamic_size` TensorArray of size 0, a loop accumulator with no
   `maximum_iterations`) is an error, where XLA itself would silently drop the writes."""
-  if op.ctx.static_shapes and dense.buffer.shape[1] == 0 and op.ctx.static_n != 0:
-    where, _ = options.static_shapes_cause()
+  if op.ctx.target.static_shapes and dense.buffer.shape[1] == 0 and op.ctx.static_n != 0:
+    where, _ = op.ctx.target.cause
     raise ConversionError(
         f"Cannot vectorize {op.type} {op.op.name!r}{walker.user_location(op.op)} {where}: "
         "it writes into a TensorList (TensorArray) with no room, which static shapes cannot "
         "grow (XLA would drop the writes). To fix: give the TensorArray a size that holds "
         "every write; for the accumulators of a loop's gradient, give the loop "
         "maximum_iterations.")
-  return lists.ensure_capacity(dense, needed, op.ctx.static_shapes)
+  return lists.ensure_capacity(dense, needed, op.ctx.target.static_shapes)
 
 
 # Reading ops: (output, leading dims of it that are not the element's).
@@ -177,7 +176,7 @@ def _convert_tensor_list_reserve(op):
   list whose length sizes it (the gradient of a read reserves a list as long as the one
   read), else refused."""
   capacity = None
-  if op.ctx.static_shapes:
+  if op.ctx.target.static_shapes:
     capacity = _capacity_of_measured_list(op)
     if capacity is None:
       raise Unvectorizable("a TensorList (TensorArray) whose size differs per iteration has "
@@ -275,7 +274,7 @@ def _may_differ_in_length(op, dense, static_length):
   lists, ones made from a tensor (whose first axis every iteration shares) or resized to an
   invariant size. Under static shapes (XLA) a list with a static capacity is as long as
   that in every iteration, as XLA's own TensorLists are (it cannot grow)."""
-  if static_length is not None or (options.static_shapes_wanted() and
+  if static_length is not None or (op.ctx.target.static_shapes and
                                    dense.buffer.shape[1] is not None):
     return False
 
@@ -293,7 +292,7 @@ def _may_differ_in_length(op, dense, static_length):
 def _ragged_elements(op, dense):
   """Each iteration's elements, as many as its list holds: the ragged value that the loop's
   `tf.ragged.stack` gives (the lists padded to the longest would be a wrong answer)."""
-  ragged.require_dynamic_shapes(
+  op.ctx.target.require_dynamic_shapes(
       op.op, "a TensorArray (TensorList) read whole",
       fix="give the TensorArray a fixed size (tf.TensorArray(dtype, size=bound)) and write "
       "every element")
@@ -436,7 +435,7 @@ def _common_length(op, dense, static_length):
     return static_length
   longest = tf.where(op.ctx.n > 0, values.max_or_zero(dense.lengths),
                      tf.shape(dense.buffer)[1])
-  if (op.ctx.static_shapes and dense.buffer.shape[1] is not None and
+  if (op.ctx.target.static_shapes and dense.buffer.shape[1] is not None and
       not _from_constants(longest)):
     return dense.buffer.shape[1]
   return longest

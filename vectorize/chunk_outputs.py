@@ -10,14 +10,13 @@ outputs whose per-iteration shape is known only at run time, chunks go to a Tens
 import tensorflow as tf
 from tensorflow.python.ops import gen_array_ops
 
-from vectorize import options
 from vectorize.values import merge_leading, shape_vector
 
 
-def for_output(dtype, shape, n, chunk_size):
+def for_output(dtype, shape, n, chunk_size, xla):
   """The place for one output `[n] + shape`: a `RowBuffer` where it can be, else a
-  `ChunkArray`."""
-  if shape.is_fully_defined() and not options.compiled_by_xla():
+  `ChunkArray` (under XLA, `xla`, always)."""
+  if shape.is_fully_defined() and not xla:
     return RowBuffer(dtype, shape, n)
   return ChunkArray(dtype, shape, n, chunk_size)
 

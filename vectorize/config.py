@@ -39,7 +39,7 @@ class _ReductionOutput:
     r = self.reduction
     graph = tf.compat.v1.get_default_graph()
     if r.graph is not graph:
-      if ctx.partitioned:
+      if ctx.target.subset:
         raise ValueError("pfor_config reductions are not supported inside a conditional "
                          "whose predicate differs per iteration.")
       args = [stack(v, ctx.n) for v in arg_values]

@@ -1,8 +1,9 @@
 """Context: what the walker knows about the loop it is vectorizing.
 
 One context per converted graph: the loop length n, the loop index of each lane
-(`indices`, all of `range(n)` unless a conditional or loop runs a subset), the active set
-(which strategy its control flow uses) and the conversion policy. The `Report`, shared by
+(`indices`, all of `range(n)` unless a conditional or loop runs a subset), its execution
+target (static shapes or not, XLA or not, the active set's strategy: `target.py`) and the
+conversion policy. The `Report`, shared by
 every context of one conversion, records how each op was converted (for `explain()` and for
 tests that count fallbacks).
 """
@@ -13,8 +14,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from vectorize.control_flow.active_set import ActiveSet, Partitioned
 from vectorize.locations import user_location
+from vectorize.target import Target
 
 
 @dataclasses.dataclass
@@ -63,9 +64,9 @@ class Context:
     fallback_allowed: whether unconvertible ops may run in a sequential loop.
     report: the shared conversion log.
     reductions: {placeholder op name: PForConfig reduction} for `pfor_config.reduce`.
-    active_set: how the iterations of this context run (`control_flow/active_set.py`): its
-      class is the strategy of the conditionals and loops converted here, Partitioned
-      (dynamic shapes) or Masked (static shapes, for XLA).
+    target: where this context's conversion runs (`target.py`): static shapes or not, XLA
+      or not, and its active set, whose class is the strategy of the conditionals and
+      loops converted here, Partitioned (dynamic shapes) or Masked (XLA, nested pfors).
     variable_starts: {(body read op, output graph): tensor}, the state of a variable the
       body updates as its first read saw it, before the converted updates ran
       (converters/recurrences.py); shared by nested contexts.
@@ -79,14 +80,9 @@ class Context:
   fallback_allowed: bool = True
   report: Report = dataclasses.field(default_factory=Report)
   reductions: dict = dataclasses.field(default_factory=dict)
-  active_set: ActiveSet = dataclasses.field(default_factory=Partitioned)
+  target: Target = dataclasses.field(default_factory=Target)
   variable_starts: dict = dataclasses.field(default_factory=dict)
   variables_being_solved: set = dataclasses.field(default_factory=set)
-
-  @property
-  def partitioned(self):
-    """Whether only some iterations run here (inside a branch, or a loop's live set)."""
-    return self.active_set.is_subset
 
   @property
   def live_lanes(self):
@@ -94,13 +90,8 @@ class Context:
 
     Converters with effects (variable updates, prints, assertions) read this, not the
     strategy: a masked loop can run inside a partitioned context."""
-    return self.active_set.live
-
-  @property
-  def static_shapes(self):
-    """Whether control flow here converts with static shapes (masks), as XLA needs."""
-    return self.active_set.static_shapes
+    return self.target.active_set.live
 
   def is_loop_index(self, value):
     """Whether `value` is this loop's index and that index is `range(n)`."""
-    return self.active_set.indices_are_range and value.stacked and value.tensor is self.indices
+    return self.target.active_set.indices_are_range and value.stacked and value.tensor is self.indices

@@ -25,8 +25,8 @@ from vectorize import trace as trace_module
 from vectorize import walker
 from vectorize import whole_body_loop
 from vectorize.config import PForConfig
-from vectorize.control_flow.active_set import Masked, Partitioned
 from vectorize.context import Context, Report
+from vectorize.target import Target
 from vectorize.values import invariant, stack, stacked
 
 LOOP_INDEX = tf.TensorSpec([], tf.int32, name="loop_index")
@@ -81,7 +81,7 @@ def whole_loop_context(n, static_n, fallback_allowed, report):
   """The Context of all n iterations: `indices` is `range(n)`."""
   return Context(n=n, indices=tf.range(n), static_n=static_n,
                  fallback_allowed=fallback_allowed, report=report,
-                 active_set=_active_set(indices_are_range=True))
+                 target=Target.for_this_graph(indices_are_range=True))
 
 
 def chunk_context(start, size, fallback_allowed, report):
@@ -90,16 +90,8 @@ def chunk_context(start, size, fallback_allowed, report):
   static_size = size if isinstance(size, int) else None
   return Context(n=tf.constant(size) if static_size is not None else size,
                  indices=start + tf.range(size), static_n=static_size,
-                 fallback_allowed=fallback_allowed, report=report, active_set=_active_set())
-
-
-def _active_set(indices_are_range=False):
-  """Masked where shapes must be static (under XLA, or asked for) or inside a loop body
-  being traced, else Partitioned."""
-  if options.masked_control_flow_wanted():
-    return Masked(indices_are_range=indices_are_range,
-                  static_shapes=options.static_shapes_wanted())
-  return Partitioned(indices_are_range=indices_are_range)
+                 fallback_allowed=fallback_allowed, report=report,
+                 target=Target.for_this_graph())
 
 
 def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn=True,
@@ -135,7 +127,7 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
         flags = whole_body_loop.ragged_outputs(lambda: body.convert(whole_loop_context(
             n, static_n, True, Report(warn=False))))
       return whole_body_loop.run_sequentially(loop_fn, body.traced, n, static_n, refusal,
-                                              flags)
+                                              Target.for_this_graph(), flags)
     with dims.ints():
       return _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report)
 
@@ -168,7 +160,8 @@ def _convert_in_chunks(body, n, static_n, chunk_size, fallback_allowed, report):
   and writes each output's rows where `chunk_outputs` keeps them, the output held once. The
   body's Operations run in every step; the loop's result stands for them.
   """
-  places = [chunk_outputs.for_output(t.dtype, t.shape, n, chunk_size)
+  xla = options.compiled_by_xla()
+  places = [chunk_outputs.for_output(t.dtype, t.shape, n, chunk_size, xla)
             for t in body.graph.outputs]
 
   def step(start, *stores):

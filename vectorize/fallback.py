@@ -54,7 +54,7 @@ def run_sequentially(op, inputs, ctx):
       "same in every iteration (pad it), or flatten the value so that its first axis varies "
       "(tf.reshape(x, [-1]) in the same op's place).")
   if outputs.any_varying or takes_ragged:
-    ragged.require_dynamic_shapes(op, "a value of the loop that falls back here")
+    ctx.target.require_dynamic_shapes(op, "a value of the loop that falls back here")
   read = [_reader(v) for v in inputs]
   live = ctx.live_lanes if op._is_stateful else None  # pylint: disable=protected-access
 

@@ -68,7 +68,7 @@ def uniform_here(ctx):
   """Whether a UniformList may be made in the context `ctx`: every iteration runs (no
   active subset, whose lanes a list of stacked elements could not follow) and shapes are
   dynamic (under XLA a DenseList is written in place already)."""
-  return not ctx.static_shapes and not ctx.partitioned
+  return ctx.target.grows_lists_in_place
 
 
 def uniform(list_tensor, n, element_shape=None, element_dtype=None):

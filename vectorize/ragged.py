@@ -34,7 +34,6 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
-from vectorize import options
 from vectorize import registry
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.values import Value
@@ -201,19 +200,6 @@ def row(rows, i, splits=None):
   return tf.reshape(flat, tf.concat([rows.dims[i], tf.shape(flat)[1:]], 0))
 
 
-def require_dynamic_shapes(op, what, fix="give the value a fixed size in the body (pad or "
-                           "slice it to a bound)"):
-  """Raises ConversionError under XLA (or `static_shapes()`): `what` has per-iteration sizes,
-  which have no static shape."""
-  if options.static_shapes_wanted():
-    from vectorize import walker  # pylint: disable=import-outside-toplevel
-    where, way_out = options.static_shapes_cause()
-    raise ConversionError(
-        f"Cannot vectorize op {op.name!r} of type {op.type}{walker.user_location(op)} "
-        f"{where}: {what} has a different size in every iteration, and XLA needs static "
-        f"shapes. To fix: {fix}, or {way_out}.")
-
-
 def agreed(per_iteration, message, when_none=0):
   """The `s`-shaped value that every iteration's row of `per_iteration` (`[n] + s`) holds,
   checked at run time (`message` if not), or `when_none` where there is no iteration: sizes
@@ -370,11 +356,11 @@ def _multi_axis_uses_only(tensor):
   return True
 
 
-def _multi_axis_producer(op):
+def _multi_axis_producer(op, target):
   """The multi-axis producer of op where its output differs in several axes and every use
-  takes that; else None."""
+  takes that (shapes dynamic: `target`); else None."""
   producer = _MULTI_AXIS_PRODUCERS.get(op.type)
-  if producer is None or options.static_shapes_wanted() or len(op.outputs) != 1:
+  if producer is None or target.static_shapes or len(op.outputs) != 1:
     return None
   shape = op.outputs[0].shape
   if shape.rank is None or sum(d is None for d in shape.as_list()) < 2:
@@ -393,12 +379,12 @@ def registered_op_types():
   return sorted(set(_CONVERTERS) | set(extra))
 
 
-def converter_for(op, inputs, dense_converter):
+def converter_for(op, inputs, dense_converter, target):
   """The converter the walker calls: `dense_converter` unless an input is ragged, then the
   ragged one registered for op's type, or one raising Unvectorizable that says why."""
   ragged_inputs = [k for k, v in enumerate(inputs) if is_ragged(v)]
   if not ragged_inputs:
-    return _multi_axis_producer(op) or dense_converter
+    return _multi_axis_producer(op, target) or dense_converter
   if any(is_multi_axis(inputs[k]) for k in ragged_inputs):
     converter = _multi_axis_converter(op)
   else:

@@ -17,7 +17,6 @@ from tensorflow.python.ops import handle_data_util
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import lists
-from vectorize import options
 from vectorize import ragged
 from vectorize import registry
 from vectorize import whole_body_loop
@@ -110,7 +109,7 @@ def dry_run(graph, input_flags, ctx, outputs=None, like=None):
         continue
       if flag and t.dtype == tf.variant:
         inputs.append(Value(lists.placeholder(t, ctx.static_n, like and like[k].tensor,
-                                              ctx.static_shapes), True))
+                                              ctx.target.static_shapes), True))
         continue
       shape = tf.TensorShape([ctx.static_n]).concatenate(t.shape) if flag else t.shape
       placeholder = tf.compat.v1.placeholder(t.dtype, shape)
@@ -202,8 +201,8 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     constants = graph_io.folded(op, tensors)
     if constants is not None:
       return [invariant(t) for t in constants]
-    if op.type in _WRONG_UNDER_XLA and options.static_shapes_wanted():
-      where, way_out = options.static_shapes_cause()
+    if op.type in _WRONG_UNDER_XLA and ctx.target.static_shapes:
+      where, way_out = ctx.target.cause
       raise ConversionError(
           f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} {where}: "
           "its output's size depends on the data, and XLA computes such values wrongly (an "
@@ -212,7 +211,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   inputs = ragged.readable_inputs(op, inputs)
-  converter = ragged.converter_for(op, inputs, registry.lookup(op.type))
+  converter = ragged.converter_for(op, inputs, registry.lookup(op.type), ctx.target)
   graph = tf.compat.v1.get_default_graph()
   first_emitted = len(graph.get_operations()) if _may_write(op) else None
   try:

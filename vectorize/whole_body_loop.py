@@ -14,7 +14,6 @@ from tensorflow.python.framework import func_graph
 
 from vectorize import graph_io
 from vectorize import iteration_outputs
-from vectorize import options
 from vectorize import ragged
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError, Unvectorizable
@@ -183,22 +182,22 @@ def refuses_state(convert):
   return None
 
 
-def run_sequentially(loop_fn, traced, n, static_n, refusal, ragged_flags=None):
+def run_sequentially(loop_fn, traced, n, static_n, refusal, target, ragged_flags=None):
   """`loop_fn(i)` for i in range(n), one iteration after another, stacked; `traced` (the
-  body traced once) gives the output structure, `ragged_flags` (`ragged_outputs`) which
-  outputs differ in size per iteration. Logs why."""
+  body traced once) gives the output structure, `target` where it runs (`target.py`),
+  `ragged_flags` (`ragged_outputs`) which outputs differ in size per iteration. Logs why."""
   if trace_module.OPERATION in traced.kinds:
     raise ConversionError(f"{refusal} (The body returns an Operation, which a sequential "
                           "loop of the whole body does not return.)")
   logging.warning("vectorize: the whole body runs as a sequential loop, which is slow: "
                   "%s", refusal)
   fn = trace_module.autograph_like_caller(loop_fn)
-  if (options.compiled_by_xla() and static_n is not None and static_n <= UNROLLED_UNDER_XLA
+  if (target.xla and static_n is not None and static_n <= UNROLLED_UNDER_XLA
       and trace_module.RAGGED not in traced.kinds):
     return traced.pack(_unrolled(fn, traced, static_n), [])
   # Ragged where the converted body would be (a RaggedTensor the body returns too); a dense
   # output is checked to have one shape.
-  if options.static_shapes_wanted():
+  if target.static_shapes:
     varying = [0] * len(traced.graph.outputs)
   elif ragged_flags is not None:
     varying = [int(f and ragged.first_dim_varies(t.shape))

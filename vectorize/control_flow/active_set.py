@@ -21,7 +21,7 @@ them, `keep` takes the body's new values, `restrict` drops the iterations whose 
 failed, `finals` gives the variables after the loop. `cond.py` and `while_loop.py` are each
 one algorithm over this interface.
 
-A Context carries its active set: its class is the strategy of the conditionals and loops
+A Context's target (`target.py`) carries its active set: its class is the strategy of the conditionals and loops
 converted in that context; it also says whether the context's `indices` is exactly
 `range(n)`, whether only some iterations run there, and, where dead lanes compute too, which
 lanes are live (`live`). That mask is the one truth a converter with effects (a variable
@@ -93,7 +93,7 @@ def at_rows(ctx, rows, static_n=None, live=None):
   """
   return dataclasses.replace(ctx, n=tf.shape(rows, out_type=tf.int32)[0],
                              indices=tf.gather(ctx.indices, rows), static_n=static_n,
-                             active_set=ctx.active_set.inside(_live_at(ctx, rows, live)))
+                             target=ctx.target.inside(_live_at(ctx, rows, live)))
 
 
 def _live_at(ctx, rows, live):
@@ -101,7 +101,7 @@ def _live_at(ctx, rows, live):
 
   Masked (`live` given): the region's lane k is `ctx`'s lane k. Partitioned: it is lane
   `rows[k]`."""
-  outer = ctx.active_set.live
+  outer = ctx.live_lanes
   if live is not None:
     return live if outer is None else tf.logical_and(live, outer)
   return None if outer is None else tf.gather(outer, rows)
@@ -130,7 +130,6 @@ class ActiveSet:
   is_subset: bool = False
   live: object = dataclasses.field(default=None, compare=False)
 
-  static_shapes = False        # whether the emitted shapes must be static (XLA)
   dead_lanes_compute = False   # whether iterations that are not live run too
 
   def inside(self, live=None):
@@ -209,10 +208,9 @@ def _changes(value, k, fixed):
 @dataclasses.dataclass(frozen=True)
 class Masked(ActiveSet):
   """Every lane runs; dead lanes borrow a live lane's inputs; results selected by mask.
-  `static_shapes` False where masks are chosen for another reason (a pfor inside a body
-  being traced, a loop carrying lists) and XLA is not the target: lists may grow then."""
+  Chosen for XLA, and for other reasons where shapes may stay dynamic (a pfor inside a body
+  being traced, a loop carrying lists: `Target.static_shapes` says which)."""
 
-  static_shapes: bool = True
   dead_lanes_compute = True
 
   def split(self, ctx, branch_index, num_branches):

@@ -145,7 +145,7 @@ def _invariant_choice(op, graphs, choose):
   flags = [any(f) for f in zip(*[walker.output_flags(g, arg_flags, ctx) for g in graphs])]
 
   capacities = (_list_capacities(op, graphs, arg_flags, flags)
-                if ctx.active_set.static_shapes else {})
+                if ctx.target.static_shapes else {})
 
   def branch_fn(graph):
     def fn():
@@ -220,12 +220,12 @@ def _stacked_choice(op, graphs, branch_index):
   dimension differs between branches is ragged."""
   args, ctx = _args(op), op.ctx
   sized = _sizes_by_branch(op, graphs)
-  parts = ctx.active_set.split(ctx, branch_index, len(graphs))
+  parts = ctx.target.active_set.split(ctx, branch_index, len(graphs))
   outputs = _shape_stand_ins(graphs, [_run_part(op, graph, part, args)
                                       for graph, part in zip(graphs, parts)])
   results = _constants_of_every_branch(op, graphs)
   same = [k for k in range(len(op.op.outputs)) if k not in sized and k not in results]
-  merged = ctx.active_set.merge(parts, [[outs[k] for k in same] for outs in outputs])
+  merged = ctx.target.active_set.merge(parts, [[outs[k] for k in same] for outs in outputs])
   results.update(zip(same, (Value(t, True) for t in merged)))
   for k in sized:
     results[k] = _merge_sizes(parts, [outs[k] for outs in outputs])
@@ -260,7 +260,7 @@ def _sizes_by_branch(op, graphs):
       continue
     firsts = {s[0] for s in shapes}
     if len(firsts) > 1 and None not in firsts and len({tuple(s[1:]) for s in shapes}) == 1:
-      if op.ctx.static_shapes:
+      if op.ctx.target.static_shapes:
         raise Unvectorizable(
             f"output {k} has {' or '.join(str(d) for d in sorted(firsts))} rows depending "
             "on the branch taken, and static shapes (XLA) cannot hold per-iteration sizes")

@@ -28,6 +28,8 @@ gradient, in the loop's gradient) is held as its flat values at every iteration,
 writing back its live iterations' rows.
 """
 
+import dataclasses
+
 import tensorflow as tf
 from tensorflow.python.ops import list_ops
 
@@ -37,7 +39,6 @@ from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
 from vectorize import whole_body_loop
-from vectorize.control_flow import active_set
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.registry import register
 from vectorize.values import Value, stack
@@ -70,9 +71,9 @@ def _convert_while(op):
     # Per-iteration TensorLists (DenseLists) grow at each lane's own pace: they are kept
     # at all n lanes, which only the masked strategy does.
     carries_lists = any(f and t.dtype == tf.variant for t, f in zip(op.op.inputs, flags))
-    strategy = (active_set.Masked(static_shapes=ctx.static_shapes) if carries_lists
-                else ctx.active_set)
-    results = _stacked_loop(op, cond_graph, body, init, flags, strategy, reads)
+    loop_ctx = (dataclasses.replace(ctx, target=ctx.target.running_masked())
+                if carries_lists else ctx)
+    results = _stacked_loop(op, loop_ctx, cond_graph, body, init, flags, reads)
   return reads.finals(results)
 
 
@@ -239,7 +240,7 @@ def _check_static_list_growth(op, body):
   """Under XLA, a loop that grows a list of unbounded size (a loop's gradient accumulating
   one value per step) cannot compile: a ConversionError naming the loop and the fix, as
   TensorFlow asks of its own loops, instead of a shape error deep in the emitted graph."""
-  if not op.ctx.active_set.static_shapes or _maximum_iterations(op, body) is not None:
+  if not op.ctx.target.static_shapes or _maximum_iterations(op, body) is not None:
     return
   for k, t in enumerate(op.op.inputs):
     if t.dtype != tf.variant or body.passes_through(k):
@@ -344,7 +345,7 @@ def _shape_invariant(op, k, value, flag):
   """The shape invariant of loop variable k, held as `value` (a tensor or DenseList)."""
   ctx = op.ctx
   if isinstance(value, lists.DenseList):
-    return lists.shape_invariant(value, ctx.static_n, ctx.active_set.static_shapes)
+    return lists.shape_invariant(value, ctx.static_n, ctx.target.static_shapes)
   if isinstance(value, lists.UniformList):
     return lists.UniformList(tf.TensorShape([]), tf.TensorShape([]))
   shape = op.op.outputs[k].shape
@@ -517,11 +518,11 @@ def _through_identities(t):
   return t
 
 
-def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
-  """The loop over the active set of `strategy` (`active_set.py`): the condition is
-  evaluated for every iteration, then each step runs the body on the live iterations, keeps
-  its values, re-evaluates the condition on them and drops those that finished."""
-  ctx = op.ctx
+def _stacked_loop(op, ctx, cond_graph, body, init, flags, reads):
+  """The loop over the active set of `ctx` (`active_set.py`): the condition is evaluated
+  for every iteration, then each step runs the body on the live iterations, keeps its
+  values, re-evaluates the condition on them and drops those that finished."""
+  strategy = ctx.target.active_set
   # A stacked variable the body passes through (a sequence the loop reads) stays whole in
   # the state, all n rows, and is read at the live rows each step (so a read of one step's
   # row is one small gather); it needs no keeping and no accumulator.
@@ -534,7 +535,7 @@ def _stacked_loop(op, cond_graph, body, init, flags, strategy, reads):
   def with_condition(state, lane_ctx, values):
     return strategy.restrict(state, condition(lane_ctx, values), fixed)
 
-  masked = isinstance(strategy, active_set.Masked)
+  masked = ctx.target.masked
   state = strategy.start(ctx, init, fixed)
   lane_ctx, rows = strategy.lanes(ctx, state)
   tensors = [v.tensor for v in state.values]
