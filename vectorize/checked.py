@@ -174,12 +174,13 @@ def _writes_tf1_arrays(graph):
 
 # ----------------------------------------------------------------------------- the check
 
-def convert_checked(body, ctx):
+def convert_checked(body, ctx, vectorize_loop):
   """`body.convert(ctx)` with the check emitted around it, its outputs depending on the
-  check. Under XLA, checks the static-shape conversion outside it, at trace time."""
+  check. Under XLA, checks the static-shape conversion outside it, at trace time, converted
+  by `vectorize_loop` (the engine's, which calls this)."""
   sample = options.checked_sample()
-  if options.compiled_by_xla():
-    _check_outside_xla(body, ctx, sample)
+  if ctx.target.xla:
+    _check_outside_xla(body, ctx, sample, vectorize_loop)
     return body.convert(ctx)
   graph, n = body.graph, ctx.n
   variables = list(graph.variables) if _changes_state(graph) else []
@@ -586,7 +587,7 @@ def _after(value):
 _warned_xla = set()
 
 
-def _check_outside_xla(body, ctx, sample):
+def _check_outside_xla(body, ctx, sample, vectorize_loop):
   """The static-shape conversion checked eagerly, outside the compiled function, where the
   body's captures and n are known there; else a warning (once per body)."""
   static_n = ctx.static_n
@@ -604,12 +605,13 @@ def _check_outside_xla(body, ctx, sample):
           "it is not checked here. Check it without jit_compile, under "
           "vectorize.static_shapes().", CHECK_MARK, name)
     return
-  from vectorize import api  # pylint: disable=import-outside-toplevel  (api calls the engine)
   with tf.init_scope(), _tapes_recording(), options.setting("static_shapes", True), \
        options.setting("outside_xla", True), options.setting("checked", sample), \
        raising_check_errors():
     saved = [(v, tf.identity(v)) for v in body.graph.variables]   # for the compiled run
-    api.pfor(body.loop_fn, static_n, fallback_to_while_loop=ctx.fallback_allowed, warn=False)
+    tf.function(lambda: vectorize_loop(body.loop_fn, tf.constant(static_n), static_n,
+                                       ctx.fallback_allowed, warn=False),
+                autograph=False)()
     for v, value in saved:
       v.assign(value)
 

@@ -137,7 +137,7 @@ def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
   if not chunked:
     ctx = whole_loop_context(n, static_n, fallback_allowed, report)
     if checked.wanted(body):
-      values, operations = checked.convert_checked(body, ctx)
+      values, operations = checked.convert_checked(body, ctx, vectorize_loop)
     else:
       values, operations = body.convert(ctx)
     flat = [ragged.output_tensor(v, n, stack) for v in values]

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.ops import handle_data_util
 
+from vectorize import custom_gradients
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import lists
@@ -64,8 +65,9 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
       else:
         inputs = [_lookup(env, t, op) for t in op.inputs]
         results = _convert_op(op, inputs, ctx, lookup, needed)
-        if _own_gradient(op):
-          results = _with_own_gradient(op, inputs, results, ctx, lookup)
+        if custom_gradients.gradient_override(op) is not None:
+          results = custom_gradients.with_own_gradient(op, inputs, results, ctx, lookup,
+                                                       convert_graph)
     emitted[op] = results
     if isinstance(results, tf.Operation):
       continue
@@ -163,17 +165,6 @@ _NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall"])
 # (fuzz seed 1260067), and plain XLA code gathering from an empty one aborts the process.
 _WRONG_UNDER_XLA = frozenset(["Unique", "UniqueV2", "UniqueWithCounts",
                               "UniqueWithCountsV2", "Where"])
-
-
-def _own_gradient(op):
-  """Whether op's gradient is overridden (`tf.custom_gradient`): it must be vectorized too."""
-  from vectorize.control_flow import calls  # pylint: disable=import-outside-toplevel
-  return calls.gradient_override(op) is not None
-
-
-def _with_own_gradient(op, inputs, results, ctx, lookup):
-  from vectorize.control_flow import calls  # pylint: disable=import-outside-toplevel
-  return calls.with_own_gradient(op, inputs, results, ctx, lookup)
 
 
 def _convert_reduction(op, env, ctx):

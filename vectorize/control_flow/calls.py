@@ -1,30 +1,21 @@
-"""Calls: nested `tf.function`s, and ops whose gradient is a Python function of their own.
+"""Calls: nested `tf.function`s.
 
 PartitionedCall / StatefulPartitionedCall: the callee's graph is converted in line, with the
 caller's context: its inputs are the call's converted inputs, and its outputs become the
 call's outputs. Effects of the callee (stateful ops that no output depends on) are kept as
 control dependencies of the outputs. Calls are never copied as they are, even with
 invariant inputs: TensorFlow attaches a call's gradient to the op object it created, so a
-copy would have none.
-
-Ops with an overridden gradient (`tf.custom_gradient`, `gradient_override_map`): the
-gradient function is Python code over the body's tensors, which do not exist in the
-vectorized graph. The op is converted as usual, and its outputs get a gradient that calls
-the gradient function of one iteration, traced on the body's tensors, and converts that
-trace with the walker (the body's tensors becoming their converted values).
+copy would have none. (Ops whose gradient is a Python function of their own:
+`vectorize/custom_gradients.py`.)
 """
 
 import tensorflow as tf
-from tensorflow.python.framework import func_graph as func_graph_module
-from tensorflow.python.framework import ops as tf_ops
 
 from vectorize import graph_io
-from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
-from vectorize.errors import ConversionError
 from vectorize.registry import register
-from vectorize.values import Value, stack
+from vectorize.values import Value
 
 
 @ragged.register("PartitionedCall", "StatefulPartitionedCall")
@@ -43,106 +34,3 @@ def _convert_partitioned_call(op):
       outputs = [Value(tf.nest.map_structure(tf.identity, v.tensor), v.stacked)
                  for v in outputs]   # a DenseList is a pair of tensors
   return outputs
-
-
-# ----------------------------------------------------------------------------- gradients
-
-def gradient_override(op):
-  """The gradient name `op` was given by `gradient_override_map` (as `tf.custom_gradient`
-  does), or None."""
-  attr = op.node_def.attr.get("_gradient_op_type")   # get_attr raising costs 20x more
-  return attr.s if attr is not None else None
-
-
-def with_own_gradient(op, inputs, results, ctx, lookup):
-  """`results` (op's converted outputs) with op's overridden gradient, vectorized.
-
-  Where any input is stacked, every output is made stacked: the cotangent of an output
-  tiled over the loop is then one per iteration, which a gradient function that depends on
-  its iteration's inputs needs.
-  """
-  if isinstance(results, tf.Operation) or any(
-      isinstance(v.tensor, (lists.DenseList, lists.UniformList))
-      for v in list(inputs) + list(results)):
-    return results
-  if any(v.stacked for v in inputs):
-    results = [Value(stack(v, ctx.n), True) for v in results]
-  xs = [v.tensor for v in inputs]
-
-  @tf.custom_gradient
-  def attach(*args):
-    del args   # the results are computed from them already
-
-    def grad(*dys, variables=None):
-      grads = _vectorized_gradient(op, inputs, results, dys, ctx, lookup)
-      return (grads, [None] * len(variables)) if variables else grads
-
-    return [tf.identity(v.tensor) for v in results], grad
-
-  return [Value(t, v.stacked) for t, v in zip(attach(*xs), results)]
-
-
-def _vectorized_gradient(op, inputs, results, dys, ctx, lookup):
-  """The gradients of op's converted inputs, given the cotangents `dys` of its outputs."""
-  dys = [tf.zeros_like(v.tensor) if dy is None else tf.convert_to_tensor(dy)
-         for dy, v in zip(dys, results)]
-  graph = _traced_gradient(op)
-  values = [Value(dy, v.stacked) for dy, v in zip(dys, results)]
-  for external, _ in graph.captures:
-    values.append(_captured_value(op, external, lookup))
-  grads, _ = walker.convert_graph(graph, values, ctx)
-  grads = iter(grads)
-  out = []
-  for k, v in enumerate(inputs):
-    if k not in graph.gradient_positions:
-      out.append(None)
-      continue
-    g = next(grads)
-    if v.stacked and not g.stacked:
-      out.append(stack(g, ctx.n))
-    elif g.stacked and not v.stacked:
-      out.append(tf.reduce_sum(g.tensor, axis=0))   # an invariant input: every iteration's
-    else:
-      out.append(g.tensor)
-  return out
-
-
-def _traced_gradient(op):
-  """The gradient function of one iteration, traced: a FuncGraph whose inputs are the
-  cotangents of op's outputs and then the body tensors it captures, and whose outputs are
-  the gradients that are not None (their input positions in `gradient_positions`)."""
-  grad_fn = tf_ops._gradient_registry.lookup(gradient_override(op))  # pylint: disable=protected-access
-  graph = func_graph_module.FuncGraph("vectorize_gradient_of_" + op.name.replace("/", "_"))
-  with graph.as_default():
-    dys = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in op.outputs]
-    grads = grad_fn(op, *dys)
-    grads = [grads] if not isinstance(grads, (list, tuple)) else list(grads)
-    graph.gradient_positions = [k for k, g in enumerate(grads) if g is not None]
-    graph.outputs = [tf.convert_to_tensor(g) for g in grads if g is not None]
-  graph.inputs = dys + list(graph.internal_captures)
-  return graph
-
-
-def _captured_value(op, external, lookup):
-  """The converted value of a body tensor that op's gradient function reads."""
-  graph = op.graph
-  value = lookup(external) if lookup is not None else None
-  if value is None:   # a tensor from outside op's graph, captured there
-    internal = {e.ref(): i for e, i in graph.captures}.get(external.ref())
-    value = lookup(internal) if internal is not None and lookup is not None else None
-  if value is None:
-    if external.graph is graph or isinstance(external.graph, func_graph_module.FuncGraph):
-      raise ConversionError(
-          f"The gradient of {op.type} {op.name!r}{walker.user_location(op)} reads "
-          f"{external.name}, which the loop body computes but none of its outputs needs, so "
-          "vectorize has no value for it. Make the forward function compute it on the way "
-          "to its result.")
-    value = Value(_capture(external), False)
-  return value
-
-
-def _capture(tensor):
-  graph = tf.compat.v1.get_default_graph()
-  if hasattr(graph, "capture") and (hasattr(tensor, "numpy") or tensor.graph is not graph):
-    return graph.capture(tensor)
-  return tensor
