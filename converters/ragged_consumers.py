@@ -15,8 +15,10 @@ from converters import arrays
 from converters.ragged_producers import tile_per_iteration, unique_rows
 from vectorize import indexing
 from vectorize import ragged
+from vectorize import registry
 from vectorize import values
 from vectorize.errors import Unvectorizable
+from vectorize.family import ELEMENTWISE
 from vectorize.values import invariant, stacked
 
 
@@ -71,7 +73,8 @@ def _lengths_check(rows, length):
 
 @ragged.register("AddN", "ClipByValue", "Equal", "LookupTableFindV2", "Mul", "NotEqual",
                  "SelectV2")
-@ragged.register_elementwise
+@ELEMENTWISE.converts(registry.MULTI_AXIS)
+@ELEMENTWISE.converts(registry.RAGGED)
 def _convert_elementwise(op):
   """Elementwise ops on the flat values; operands of each kind aligned row by row."""
   rows, checks = _common_rows(op)

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from vectorize import fallback
+from vectorize import registry
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.op_input import OpInput
@@ -19,17 +20,12 @@ from vectorize.registry import register
 from vectorize.values import Value, stacked, invariant
 
 
-_ELEMENTWISE_OP_TYPES = set()
-
-
-def elementwise_op_types():
-  """The op types registered by `register_elementwise` (ragged values reuse the list)."""
-  return frozenset(_ELEMENTWISE_OP_TYPES)
+ELEMENTWISE = registry.family("elementwise")   # its other kinds' converters: ragged ones
 
 
 def register_elementwise(*op_types):
   """Ops that broadcast their inputs elementwise: align ranks, re-emit, all outputs stacked."""
-  _ELEMENTWISE_OP_TYPES.update(op_types)
+  ELEMENTWISE.add(*op_types)
 
   def convert(op):
     return [stacked(t) for t in op.rebuild(op.align_for_broadcast())]

@@ -291,55 +291,33 @@ def from_ragged_tensor(rt):
 
 # ----------------------------------------------------------------------------- converters
 
-_CONVERTERS = {}
-_ELEMENTWISE = []
-_MULTI_AXIS = {}            # op type -> (converter, accepts(op) -> bool)
-_MULTI_AXIS_PRODUCERS = {}  # op type -> converter
-
-
 def register(*op_types):
   """Decorator registering the converter of op types for inputs of which one is ragged.
 
   It has the registry's signature (`OpInput` -> Value or list of Values) and may return
   ragged Values (`ragged`, `same_rows`).
   """
-  return registry.registering_into(_CONVERTERS, op_types, "A ragged converter")
-
-
-def register_elementwise(converter):
-  """The ragged converter of every op type of the elementwise family (`family.py`)."""
-  _ELEMENTWISE.append(converter)
-  return converter
+  return registry.register(*op_types, kind=registry.RAGGED)
 
 
 def register_multi_axis(*op_types, accepts=lambda op: True):
   """Decorator registering the converter of op types for inputs that differ in several
   axes (`is_multi_axis`); `accepts(op)` says, before conversion, whether it takes this op
   (its attributes, constant inputs), so that producers choose the form by their uses."""
-
-  def decorate(converter):
-    registry.registering_into(_MULTI_AXIS, op_types, "A multi-axis converter")(
-        (converter, accepts))
-    return converter
-
-  return decorate
+  return registry.register(*op_types, kind=registry.MULTI_AXIS, accepts=accepts)
 
 
 def register_multi_axis_producer(*op_types):
   """Decorator registering a converter giving values that differ in several axes, used
   instead of the op's own converter where every use of its output takes them."""
-  return registry.registering_into(_MULTI_AXIS_PRODUCERS, op_types,
-                                   "A multi-axis producer")
+  return registry.register(*op_types, kind=registry.MULTI_AXIS_PRODUCER)
 
 
 def _multi_axis_converter(op):
-  """The converter of op for an input that differs in several axes, if it accepts op: its
-  own, or the elementwise one."""
-  converter, accepts = _MULTI_AXIS.get(op.type, (None, None))
-  if converter is None and _ELEMENTWISE and (op.type in _elementwise_op_types() or
-                                             _CONVERTERS.get(op.type) is _ELEMENTWISE[0]):
-    return _ELEMENTWISE[0]
-  return converter if converter is not None and accepts(op) else None
+  """The converter of op for an input that differs in several axes, if it accepts op."""
+  converter = registry.lookup(op.type, registry.MULTI_AXIS)
+  return converter if converter is not None and registry.accepts(op, registry.MULTI_AXIS) \
+      else None
 
 
 def _multi_axis_uses_only(tensor):
@@ -359,24 +337,13 @@ def _multi_axis_uses_only(tensor):
 def _multi_axis_producer(op, target):
   """The multi-axis producer of op where its output differs in several axes and every use
   takes that (shapes dynamic: `target`); else None."""
-  producer = _MULTI_AXIS_PRODUCERS.get(op.type)
+  producer = registry.lookup(op.type, registry.MULTI_AXIS_PRODUCER)
   if producer is None or target.static_shapes or len(op.outputs) != 1:
     return None
   shape = op.outputs[0].shape
   if shape.rank is None or sum(d is None for d in shape.as_list()) < 2:
     return None
   return producer if _multi_axis_uses_only(op.outputs[0]) else None
-
-
-def _elementwise_op_types():
-  from vectorize import family  # pylint: disable=import-outside-toplevel
-  return family.elementwise_op_types()
-
-
-def registered_op_types():
-  """The sorted op types with a ragged converter (elementwise ones included)."""
-  extra = _elementwise_op_types() if _ELEMENTWISE else ()
-  return sorted(set(_CONVERTERS) | set(extra))
 
 
 def converter_for(op, inputs, dense_converter, target):
@@ -388,9 +355,7 @@ def converter_for(op, inputs, dense_converter, target):
   if any(is_multi_axis(inputs[k]) for k in ragged_inputs):
     converter = _multi_axis_converter(op)
   else:
-    converter = _CONVERTERS.get(op.type)
-    if converter is None and _ELEMENTWISE and op.type in _elementwise_op_types():
-      converter = _ELEMENTWISE[0]
+    converter = registry.lookup(op.type, registry.RAGGED)
   if converter is not None:
     return converter
   k = ragged_inputs[0]
