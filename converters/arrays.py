@@ -16,8 +16,7 @@ The tricks:
 import numpy as np
 import tensorflow as tf
 
-from vectorize import walker
-from vectorize.errors import Unvectorizable
+from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.registry import register
 from vectorize.values import (Value, dynamic_shape, invariant, loop_length, max_or_zero,
@@ -86,7 +85,7 @@ def _convert_diag_part(op):
   full = per_iteration_shape(op.value(0))
   check = tf.debugging.Assert(
       tf.reduce_all(tf.equal(full[:half], full[half:])),
-      [f"DiagPart {op.op.name!r}{walker.user_location(op.op)}: the input's first half of "
+      [f"DiagPart {op.op.name!r}{user_location(op.op)}: the input's first half of "
        "dims must equal its second half, got ", full])
   size = product(dims)
   with tf.control_dependencies([check]):
@@ -111,7 +110,7 @@ def _convert_roll(op):
   axis = reshape(tf.cast(op.stacked(2), shift.dtype), [n, k])
   check = tf.debugging.Assert(
       tf.reduce_all((axis >= -r) & (axis < r)),
-      [f"Roll {op.op.name!r}{walker.user_location(op.op)}: axis out of range [{-r}, {r})"])
+      [f"Roll {op.op.name!r}{user_location(op.op)}: axis out of range [{-r}, {r})"])
   with tf.control_dependencies([check]):
     axis = tf.math.floormod(axis, r)
   totals = tf.reduce_sum(shift[:, :, None] * tf.one_hot(axis, r, dtype=shift.dtype), 1)
@@ -146,7 +145,7 @@ def _convert_histogram_fixed_width(op):
   num_bins = op.invariant(2)
   check = tf.debugging.Assert(
       tf.reduce_all(low < high) & (num_bins > 0),
-      [f"HistogramFixedWidth {op.op.name!r}{walker.user_location(op.op)}: value_range "
+      [f"HistogramFixedWidth {op.op.name!r}{user_location(op.op)}: value_range "
        "should satisfy value_range[0] < value_range[1] and nbins should be positive"])
   with tf.control_dependencies([check]):
     step = tf.cast(high - low, tf.float64) / tf.cast(num_bins, tf.float64)
@@ -166,7 +165,7 @@ def _common_size(op):
   if fixed is not None:
     return tf.constant(fixed, size.tensor.dtype), []
   common = max_or_zero(size.tensor)
-  message = (f"{op.type} {op.op.name!r}{walker.user_location(op.op)} in a vectorized loop: "
+  message = (f"{op.type} {op.op.name!r}{user_location(op.op)} in a vectorized loop: "
              "the number of bins differs per iteration, and counts of different sizes cannot "
              "be stacked; give tf.math.bincount equal minlength and maxlength, or count "
              "outside the loop. Sizes per iteration:")
@@ -223,7 +222,7 @@ def _offset_ids(op, ids, step, n, what):
   step = tf.cast(step, ids.dtype)
   check = tf.debugging.Assert(
       tf.reduce_all((ids >= 0) & (ids < step)),
-      [f"{op.type} {op.op.name!r}{walker.user_location(op.op)}: {what} out of range [0, ",
+      [f"{op.type} {op.op.name!r}{user_location(op.op)}: {what} out of range [0, ",
        step, ")"])
   with tf.control_dependencies([check]):
     return merge_leading(offset_by_iteration(stacked(ids), step, n))

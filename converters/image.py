@@ -17,8 +17,7 @@ import tensorflow as tf
 
 from converters import fusions
 from converters import projective
-from vectorize import walker
-from vectorize.errors import Unvectorizable
+from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.registry import register
 from vectorize.values import (dynamic_shape, expand_after_loop_axis, loop_length,
@@ -179,7 +178,7 @@ def _offset_box_index(op, i, n, b):
   b = tf.cast(b, box_index.dtype)
   check = tf.debugging.Assert(
       tf.reduce_all((box_index >= 0) & (box_index < b)),
-      [f"{op.type} {op.op.name!r}{walker.user_location(op.op)}: box_index has values "
+      [f"{op.type} {op.op.name!r}{user_location(op.op)}: box_index has values "
        "outside [0, batch_size)"])
   with tf.control_dependencies([check]):
     offsets = tf.range(n, dtype=box_index.dtype) * b

@@ -12,7 +12,7 @@ import string
 
 import tensorflow as tf
 
-from vectorize import graph_io, values
+from vectorize import graph_io
 from vectorize.errors import Unvectorizable
 from vectorize.family import register_elementwise, register_leading_batch
 from vectorize.registry import register

@@ -18,7 +18,6 @@ The tricks:
 
 from typing import NamedTuple, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 
 from converters import fusions
@@ -28,8 +27,7 @@ from vectorize import indexing
 from vectorize import offsets
 from vectorize import ragged
 from vectorize import values
-from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.locations import user_location
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
 from vectorize.values import stacked
 

@@ -45,11 +45,11 @@ import tensorflow as tf
 
 from converters import recurrences
 from vectorize import graph_io
+from vectorize import op_types
 from vectorize import ragged
 from vectorize import values
-from vectorize import walker
 from vectorize import whole_body_loop
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import run_sequential
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
@@ -99,10 +99,10 @@ def _kind(o, positions):
   kind = _KINDS.get(o.type)
   if kind is not None:
     return kind
-  if o.type not in whole_body_loop.CALLS:
+  if o.type not in op_types.CALLS:
     return _OTHER
-  attrs, offset = whole_body_loop.CALLS[o.type]
-  for graph in whole_body_loop.called_graphs(o, attrs):
+  attrs, offset = op_types.CALLS[o.type]
+  for graph in graph_io.called_graphs(o, attrs):
     for j in positions:
       if j < offset or j - offset >= len(graph.inputs):
         return _OTHER
@@ -125,7 +125,7 @@ def _refuse(op, reason):
   scope = scope[:-len("/Read")] if scope.endswith("/Read") else scope   # Variable.read_value
   layer = f" in layer (name scope) {scope!r}" if scope else ""
   whole_body_loop.refuse_state(
-      f"Cannot vectorize {op.type} {op.op.name!r}{layer}{walker.user_location(op.op)}: a "
+      f"Cannot vectorize {op.type} {op.op.name!r}{layer}{user_location(op.op)}: a "
       f"stateful op cannot be vectorized when {reason}; a sequential loop would give each "
       "iteration a different value. Read or update the variable outside the loop (return "
       "per-iteration values from the body), or run the loop sequentially.")

@@ -20,10 +20,10 @@ from tensorflow.python.ops import list_ops
 
 from vectorize import indexing
 from vectorize import lists
+from vectorize import op_types
 from vectorize import ragged
 from vectorize import values
-from vectorize import walker
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.lists import DenseList, UniformList
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stacked
@@ -107,7 +107,7 @@ def _grown(op, dense, needed):
   if op.ctx.target.static_shapes and dense.buffer.shape[1] == 0 and op.ctx.static_n != 0:
     where, _ = op.ctx.target.cause
     raise ConversionError(
-        f"Cannot vectorize {op.type} {op.op.name!r}{walker.user_location(op.op)} {where}: "
+        f"Cannot vectorize {op.type} {op.op.name!r}{user_location(op.op)} {where}: "
         "it writes into a TensorList (TensorArray) with no room, which static shapes cannot "
         "grow (XLA would drop the writes). To fix: give the TensorArray a size that holds "
         "every write; for the accumulators of a loop's gradient, give the loop "
@@ -441,9 +441,7 @@ def _common_length(op, dense, static_length):
   return longest
 
 
-_RUN_TIME_OPS = frozenset(["Placeholder", "_Arg", "While", "StatelessWhile", "If",
-                           "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
-                           "StatefulPartitionedCall"])
+_RUN_TIME_OPS = frozenset(["Placeholder", "_Arg"]) | frozenset(op_types.CALLS)
 
 
 def _from_constants(tensor, limit=200):

@@ -38,19 +38,18 @@ import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 
 from vectorize import graph_io
+from vectorize import op_types
 from vectorize import options
 from vectorize import ragged
 from vectorize import registry
 from vectorize import whole_body_loop
-from vectorize.errors import CHECK_MARK, raising_check_errors
-from vectorize.locations import user_location
+from vectorize.errors import CHECK_MARK, raising_check_errors, user_location
 from vectorize.values import Value
 
 # Relative tolerance per dtype; the absolute one is that times (1 + the largest |loop value|).
 _TOLERANCE = {tf.float16: 2e-2, tf.bfloat16: 1e-1, tf.float32: 1e-3, tf.float64: 1e-7,
               tf.complex64: 1e-3, tf.complex128: 1e-7}
 _NOT_COMPARED = (tf.resource, tf.variant)
-_CONDITIONALS = ("If", "StatelessIf", "Case", "StatelessCase")
 
 
 @contextlib.contextmanager
@@ -115,8 +114,6 @@ def _writes_unknown_resources(graph):
   return _writes_outside(graph, known, set())
 
 
-# Ops whose function inputs are their own inputs after the first (a branch index or predicate).
-_FUNCTION_INPUTS_AFTER_THE_FIRST = ("If", "StatelessIf", "Case", "StatelessCase")
 
 
 def _writes_outside(graph, known, seen):
@@ -136,7 +133,7 @@ def _writes_outside(graph, known, seen):
       fn = graph_io.find_function(graph, name)
       if fn is None:
         continue
-      inputs = list(op.inputs)[1 if op.type in _FUNCTION_INPUTS_AFTER_THE_FIRST else 0:]
+      inputs = list(op.inputs)[1 if op.type in op_types.CONDITIONALS else 0:]
       known_inputs = frozenset(k for k, t in enumerate(inputs) if origin(t).ref() in known)
       if (name, known_inputs) in seen:
         continue
@@ -148,17 +145,14 @@ def _writes_outside(graph, known, seen):
 
 
 # Stateful ops that only read the resource their first input holds.
-_RESOURCE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape",
-                   "VarIsInitializedOp", "LookupTableFindV2", "LookupTableSizeV2",
-                   "LookupTableExportV2", "TensorArrayReadV3", "TensorArrayGatherV3",
-                   "TensorArrayConcatV3", "TensorArraySizeV3")
+_RESOURCE_READS = op_types.RESOURCE_READS | op_types.TENSOR_ARRAY_READS
 
 
 def _changes_resource(op):
   """Whether `op` may change the resource its first input holds: a variable or generator
   write, or any other stateful op on a resource (an iterator's get_next, a queue's enqueue)
   that is not a known read. Function calls are followed instead (`_writes_outside`)."""
-  if whole_body_loop.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
+  if op_types.is_variable_write(op) or op.type in _RANDOM_STATE_WRITES:
     return True
   return (op._is_stateful and op.type not in _RESOURCE_READS and  # pylint: disable=protected-access
           bool(op.inputs) and op.inputs[0].dtype == tf.resource and
@@ -276,7 +270,7 @@ def _run_once(graph, i, captured, wanted):
     deps = [emitted[c] for c in op.control_inputs if c in emitted]
     with tf.control_dependencies(deps):
       new_op = graph_io.copy_op(op, [env[t.ref()] for t in op.inputs])
-    if op.type in _CONDITIONALS:   # kept functional: Grappler's rewrite of a lowered cond
+    if op.type in op_types.CONDITIONALS:   # kept functional: Grappler's rewrite of a lowered cond
       graph_io.keep_unlowered(new_op)   # changes its values (README)
     emitted[op] = new_op
     env.update((t.ref(), o) for t, o in zip(op.outputs, new_op.outputs))
@@ -302,8 +296,8 @@ def _for_a_gradient(t, outputs):
   """An output of a conditional that only another conditional reads: under a tape, the
   intermediates a branch exports for its gradient, undefined for the iterations that take
   the other branch (the gradient's values are compared where they are used)."""
-  return (t.op.type in _CONDITIONALS and not any(t is o for o in outputs) and
-          all(c.type in _CONDITIONALS for c in t.consumers()))
+  return (t.op.type in op_types.CONDITIONALS and not any(t is o for o in outputs) and
+          all(c.type in op_types.CONDITIONALS for c in t.consumers()))
 
 
 def _random_ops(graph, order):
@@ -319,7 +313,7 @@ def _random_ops(graph, order):
           any(c in random for c in op.control_inputs)):
         random.add(op)
     written = {op.inputs[0].ref() for op in random
-               if whole_body_loop.is_variable_write(op)}
+               if op_types.is_variable_write(op)}
     if written <= drawn_into:
       return random, drawn_into
     drawn_into |= written

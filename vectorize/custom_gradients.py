@@ -13,9 +13,9 @@ import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.framework import ops as tf_ops
 
+from vectorize import graph_io
 from vectorize import lists
-from vectorize.errors import ConversionError
-from vectorize.locations import user_location
+from vectorize.errors import ConversionError, user_location
 from vectorize.values import Value, stack
 
 
@@ -110,12 +110,5 @@ def _captured_value(op, external, lookup):
           f"{external.name}, which the loop body computes but none of its outputs needs, so "
           "vectorize has no value for it. Make the forward function compute it on the way "
           "to its result.")
-    value = Value(_capture(external), False)
+    value = Value(graph_io.capture(external), False)
   return value
-
-
-def _capture(tensor):
-  graph = tf.compat.v1.get_default_graph()
-  if hasattr(graph, "capture") and (hasattr(tensor, "numpy") or tensor.graph is not graph):
-    return graph.capture(tensor)
-  return tensor

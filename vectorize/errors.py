@@ -3,10 +3,13 @@
 `Unvectorizable` means "this op, with these inputs, has no vectorized form here": the walker
 answers it with the sequential fallback (or a `ConversionError` when fallback is off).
 `ConversionError` means a bug or invalid input; it is never swallowed. `CheckError`: the
-checked mode found pfor's result differing from the loop's.
+checked mode found pfor's result differing from the loop's. Every message names the user's
+line (`user_location`): an op's traceback runs through TensorFlow, autograph, Keras and
+vectorize itself, and the user's line is the last frame outside them.
 """
 
 import contextlib
+import os
 
 import tensorflow as tf
 
@@ -47,3 +50,25 @@ def raising_check_errors():
     message = e.message[e.message.index(CHECK_MARK):].split("\n\t [[")[0]
     message = message.rstrip().rstrip("]").replace("\\'", "'")
     raise CheckError(message) from None
+
+
+# ----------------------------------------------------------------------------- locations
+
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (
+    tf.__file__, __file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "converters", "x")))
+
+
+def _is_library_file(filename):
+  """Frames of TensorFlow, vectorize itself, pytest or autograph's generated code."""
+  return (filename.startswith(_LIBRARY_DIRS) or "__autograph_generated" in filename or
+          os.sep + "_pytest" + os.sep in filename or os.sep + "keras" + os.sep in filename)
+
+
+def user_location(op):
+  """' created at file:line' for the user's line that created `op`, or ''."""
+  tb = getattr(op, "traceback", None)
+  frames = [f for f in tb or () if not _is_library_file(f.filename)]
+  if not frames:
+    return ""
+  return f" created at {frames[-1].filename}:{frames[-1].lineno}"

@@ -12,8 +12,7 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import iteration_outputs
 from vectorize import ragged
-from vectorize.errors import ConversionError
-from vectorize.locations import user_location
+from vectorize.errors import ConversionError, user_location
 from vectorize.values import invariant
 
 

@@ -21,6 +21,10 @@ from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework import tensor_util
 from tensorflow.python.ops import control_flow_util_v2
 
+from vectorize import op_types
+from vectorize.errors import ConversionError
+
+
 _DROPPED_ATTRS = ("_class",)
 
 
@@ -423,9 +427,30 @@ def function_graph(op, attr_name):
   return fn.graph
 
 
+def capture(external):
+  """`external` (an outer or eager tensor) as a tensor of the current graph."""
+  graph = tf.compat.v1.get_default_graph()
+  if hasattr(graph, "capture") and (hasattr(external, "numpy") or external.graph is not graph):
+    return graph.capture(external)
+  return external
+
+
+def called_graphs(op, attrs):
+  """The FuncGraphs that `op` calls through `attrs` (a function, or a list: Case)."""
+  graphs = []
+  for attr in attrs:
+    value = op.get_attr(attr)
+    names = [f.name for f in value] if isinstance(value, list) else [value.name]
+    for name in names:
+      fn = find_function(op.graph, name)
+      if fn is None:
+        raise ConversionError(f"Function {name} used by {op.name} is not in the graph's "
+                              "library.")
+      graphs.append(fn.graph)
+  return graphs
+
+
 _PASS_THROUGH = ("Identity", "StopGradient")
-_FUNCTIONAL_CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf", "Case",
-                            "StatelessCase")
 
 
 # Ops Grappler may remove when their shapes or constants make them no-ops (a reshape or
@@ -440,7 +465,7 @@ _ADDITIONS = ("Add", "AddV2", "AddN")
 def branch_graphs(op):
   """The FuncGraphs of a conditional's branches: If's then and else, Case's in order."""
   if op.type in ("If", "StatelessIf"):
-    return [function_graph(op, "then_branch"), function_graph(op, "else_branch")]
+    return called_graphs(op, op_types.CALLS[op.type][0])
   return [find_function(op.graph, f.name).graph for f in op.get_attr("branches")]
 
 
@@ -464,7 +489,7 @@ def keep_unlowered_where_grappler_breaks(made):
     op = made.op
     while op.type in _PASS_THROUGH:
       op = op.inputs[0].op
-  if op.type in _FUNCTIONAL_CONTROL_FLOW and _runs_a_self_addition(op, set()):
+  if op.type in op_types.CONTROL_FLOW and _runs_a_self_addition(op, set()):
     keep_unlowered(op)
   return made
 
@@ -537,7 +562,7 @@ def keep_unlowered(made):
   op = made.op if isinstance(made, tf.Tensor) else made
   while op.type in _PASS_THROUGH:
     op = op.inputs[0].op
-  if op.type in _FUNCTIONAL_CONTROL_FLOW:
+  if op.type in op_types.CONTROL_FLOW:
     op._set_attr("_lower_using_switch_merge",   # pylint: disable=protected-access
                  attr_value_pb2.AttrValue(b=False))
   return made

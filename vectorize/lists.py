@@ -16,6 +16,7 @@ from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
 from vectorize import graph_io
+from vectorize import op_types
 from vectorize.errors import Unvectorizable
 
 
@@ -427,7 +428,7 @@ def written_element_shape(list_tensor, seen=None):
         consumer.type in _WRITES_ITEM_AT and 0 in positions):
       onward.append(consumer.outputs[0])
     else:
-      shift = 1 if consumer.type in ("If", "StatelessIf", "Case", "StatelessCase") else 0
+      shift = 1 if consumer.type in op_types.CONDITIONALS else 0
       for name in graph_io.function_names(consumer):
         fn = graph_io.find_function(consumer.graph, name)
         if fn is None or getattr(fn, "graph", None) is None:

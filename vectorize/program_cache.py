@@ -198,7 +198,7 @@ class _Program:
     if self.outer[k] is None:
       raise ValueError(f"Input {t.name} of the traced function is neither an argument nor "
                        "a captured tensor.")
-    return trace.capture(self.outer[k])
+    return graph_io.capture(self.outer[k])
 
   def replay(self, i, given):
     """The traced body re-emitted in the current graph for loop index `i`, graph input k

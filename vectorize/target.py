@@ -20,8 +20,7 @@ import dataclasses
 
 from vectorize import options
 from vectorize.control_flow.active_set import ActiveSet, Masked, Partitioned
-from vectorize.errors import ConversionError
-from vectorize.locations import user_location
+from vectorize.errors import ConversionError, user_location
 
 
 @dataclasses.dataclass(frozen=True)

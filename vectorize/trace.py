@@ -21,6 +21,7 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.util import nest
 
+from vectorize import graph_io
 from vectorize import ragged
 
 
@@ -68,7 +69,7 @@ class Traced:
       if external is None:
         raise ValueError(f"Input {t.name} of the traced function is neither an argument nor "
                          "a captured tensor.")
-      outer.append(capture(external))
+      outer.append(graph_io.capture(external))
     return outer
 
   def pack(self, tensors, operations, stacked=True):
@@ -273,9 +274,3 @@ def _marker(operation):
     return tf.no_op(name="pfor_output_operation")
 
 
-def capture(external):
-  """`external` (an outer or eager tensor) as a tensor of the current graph."""
-  graph = tf.compat.v1.get_default_graph()
-  if hasattr(graph, "capture") and (hasattr(external, "numpy") or external.graph is not graph):
-    return graph.capture(external)
-  return external

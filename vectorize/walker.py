@@ -18,12 +18,12 @@ from vectorize import custom_gradients
 from vectorize import fallback
 from vectorize import graph_io
 from vectorize import lists
+from vectorize import op_types
 from vectorize import ragged
 from vectorize import registry
 from vectorize import whole_body_loop
 from vectorize.context import Report
-from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.locations import user_location
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.op_input import OpInput
 from vectorize.values import Value, invariant
 
@@ -307,7 +307,7 @@ def _declared_shape(op, k):
   in for it in a branch that does not compute it (`[0]` where the other branch slices one
   element per iteration)."""
   declared = op.outputs[k].shape
-  if op.type not in ("If", "StatelessIf", "Case", "StatelessCase"):
+  if op.type not in op_types.CONDITIONALS:
     return declared
   outputs = [g.outputs[k] for g in graph_io.branch_graphs(op)]
   computed = [t.shape for t in outputs if t.op.type != "FakeParam"]

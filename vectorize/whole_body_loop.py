@@ -14,51 +14,11 @@ from tensorflow.python.framework import func_graph
 
 from vectorize import graph_io
 from vectorize import iteration_outputs
+from vectorize import op_types
 from vectorize import ragged
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.values import stack
-
-VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-                   "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub",
-                   "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
-                   "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
-                   "ResourceScatterNdSub", "ResourceScatterNdMax", "ResourceScatterNdMin",
-                   "ResourceStridedSliceAssign")
-
-
-TABLE_WRITES = ("LookupTableInsertV2", "LookupTableRemoveV2", "LookupTableImportV2")
-# Ops that only read the resource they take: a variable, or a lookup table.
-RESOURCE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape",
-                  "VarIsInitializedOp", "LookupTableFindV2", "LookupTableSizeV2",
-                  "LookupTableExportV2")
-# Ops calling functions: (function attrs, offset from op input to function input).
-CALLS = {
-    "PartitionedCall": (("f",), 0),
-    "StatefulPartitionedCall": (("f",), 0),
-    "If": (("then_branch", "else_branch"), 1),
-    "StatelessIf": (("then_branch", "else_branch"), 1),
-    "Case": (("branches",), 1),
-    "StatelessCase": (("branches",), 1),
-    "While": (("cond", "body"), 0),
-    "StatelessWhile": (("cond", "body"), 0),
-}
-
-
-def called_graphs(o, attrs):
-  """The FuncGraphs that op `o` calls through `attrs` (a function, or a list: Case)."""
-  graphs = []
-  for attr in attrs:
-    value = o.get_attr(attr)
-    names = [f.name for f in value] if isinstance(value, list) else [value.name]
-    for name in names:
-      fn = graph_io.find_function(o.graph, name)
-      if fn is None:
-        raise ConversionError(f"Function {name} used by {o.name} is not in the graph's "
-                              "library.")
-      graphs.append(fn.graph)
-  return graphs
-
 
 def resource_users(resource):
   """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
@@ -77,10 +37,10 @@ def resource_users(resource):
           frontier.append(o.outputs[0])
         continue
       users.append(o)
-      if o.type in CALLS:
-        attrs, offset = CALLS[o.type]
+      if o.type in op_types.CALLS:
+        attrs, offset = op_types.CALLS[o.type]
         positions = [j - offset for j, t in enumerate(o.inputs) if t.ref() in seen]
-        for graph in called_graphs(o, attrs):
+        for graph in graph_io.called_graphs(o, attrs):
           for j in positions:
             if 0 <= j < len(graph.inputs):
               users.extend(resource_users(graph.inputs[j]))
@@ -89,16 +49,9 @@ def resource_users(resource):
 
 def reads_and_writes(users):
   """Whether `users` (of one resource) both read it and change it."""
-  changes = [o for o in users if o.type not in RESOURCE_READS and o.type not in CALLS]
-  return any(o.type in RESOURCE_READS for o in users) and bool(changes)
-
-
-def is_variable_write(op):
-  """Whether `op` writes the variable (or lookup table) its first input holds
-  (`v[i].assign(row)` is a ResourceStridedSliceAssign; optimizers' ResourceApply* ops update
-  their slots too)."""
-  return (op.type in VARIABLE_WRITES or op.type in TABLE_WRITES or
-          op.type.startswith("ResourceApply") or op.type.startswith("ResourceSparseApply"))
+  changes = [o for o in users
+             if o.type not in op_types.RESOURCE_READS and o.type not in op_types.CALLS]
+  return any(o.type in op_types.RESOURCE_READS for o in users) and bool(changes)
 
 
 # Under XLA with a static n up to this, the whole body runs unrolled (`_unrolled`).
@@ -168,7 +121,7 @@ def any_op(graph, holds, seen=None, ops=None):
 def writes_variables(graph, ops=None):
   """Whether the body graph (or `ops` of it), or a function it calls, writes a resource
   variable."""
-  return any_op(graph, is_variable_write, ops=ops)
+  return any_op(graph, op_types.is_variable_write, ops=ops)
 
 
 def refuses_state(convert):

@@ -8,7 +8,6 @@ import tensorflow as tf
 
 import vectorize
 from vectorize import cache
-from vectorize import ragged
 from vectorize import registry
 from vectorize.values import Value
 from tests import testing
@@ -300,7 +299,7 @@ def test_a_value_of_another_shape_is_caught(monkeypatch):
 
 
 def test_a_wrong_ragged_value_is_caught(monkeypatch):
-  monkeypatch.setitem(ragged._CONVERTERS, "Neg", _returns_its_input)
+  monkeypatch.setitem(registry._TABLES[registry.RAGGED], "Neg", _returns_its_input)  # pylint: disable=protected-access
   with vectorize.checked(), pytest.raises(vectorize.CheckError, match="Neg op"):
     vectorize.pfor(lambda i: tf.negative(tf.range(LENGTHS[i]) + 1), 6)
 

@@ -37,7 +37,7 @@ from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
 from vectorize.control_flow import active_set
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stack
 
@@ -280,7 +280,7 @@ def _check_same_later_axes(op, k, shapes):
                  for a in range(1, known[0].rank if known else 0))
   if differ:
     raise ConversionError(
-        f"Cannot vectorize the conditional {op.op.name!r}{walker.user_location(op.op)}: "
+        f"Cannot vectorize the conditional {op.op.name!r}{user_location(op.op)}: "
         f"its output {k} has shape {' or '.join(str(s) for s in shapes)} depending on the "
         "branch taken, so iterations that take different branches give values of different "
         "shapes, which a conditional cannot merge (they would be ragged past their first "

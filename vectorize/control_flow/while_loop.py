@@ -39,7 +39,7 @@ from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
 from vectorize import whole_body_loop
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
 from vectorize.values import Value, stack
 
@@ -182,7 +182,7 @@ def _refuse_state_read_and_written(op, cond_graph, body_graph):
              whole_body_loop.resource_users(body_graph.inputs[k]))
     if whole_body_loop.reads_and_writes(users):
       raise whole_body_loop.StatefulRefusal(
-          f"Cannot vectorize the tf.while_loop {op.op.name!r}{walker.user_location(op.op)}: "
+          f"Cannot vectorize the tf.while_loop {op.op.name!r}{user_location(op.op)}: "
           f"its steps read a variable or table that they also change ({t.name}); vectorized, "
           "each step of every iteration would run before the next step of any, so a read "
           "would see the other iterations' steps. Read or update it outside the loop, or "
@@ -252,7 +252,7 @@ def _check_static_list_growth(op, body):
     limit = tf.get_static_value(t.op.inputs[1])
     if limit is not None and limit < 0:
       raise ConversionError(
-          f"Cannot vectorize the while loop {op.op.name!r}{walker.user_location(op.op)} "
+          f"Cannot vectorize the while loop {op.op.name!r}{user_location(op.op)} "
           "under XLA: it grows a TensorList of unbounded size (as the gradient of a loop "
           "does, storing one value per step) and has no maximum_iterations, so XLA cannot "
           "give it a static shape. To fix: pass maximum_iterations to tf.while_loop, as "

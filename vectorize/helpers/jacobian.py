@@ -17,6 +17,7 @@ from tensorflow.python.ops import resource_variable_ops
 from vectorize import api
 from vectorize import cache
 from vectorize import dims
+from vectorize import graph_io
 
 _DEFAULT_WHILE_PARALLEL_ITERATIONS = 10
 
@@ -248,11 +249,7 @@ def _gradient_target(x):
   outside it.
   """
   if resource_variable_ops.is_resource_variable(x):
-    handle = x.handle
-    graph = tf.compat.v1.get_default_graph()
-    if hasattr(graph, "capture") and (hasattr(handle, "numpy") or handle.graph is not graph):
-      return graph.capture(handle)
-    return handle
+    return graph_io.capture(x.handle)
   return tf.convert_to_tensor(x)
 
 
