@@ -20,7 +20,7 @@ from vectorize import engine
 from vectorize import program_cache
 from vectorize import dims
 from vectorize import trace
-from vectorize.cache import cached, callable_key, functions_traced
+from vectorize.cache import eager_call, functions_traced
 from vectorize.options import static_shapes  # pylint: disable=unused-import  (re-exported)
 
 
@@ -66,12 +66,10 @@ def pfor(loop_fn, iters, fallback_to_while_loop=True, parallel_iterations=None, 
   if not tf.executing_eagerly():
     return pfor_in_graph(loop_fn, iters, fallback_to_while_loop, parallel_iterations, warn)
   static = isinstance(iters, int)
-  key = (callable_key(loop_fn), iters if static else "dynamic", fallback_to_while_loop,
-         parallel_iterations, warn)
-  fn = cached(key, lambda: _program_function(loop_fn, static, iters, fallback_to_while_loop,
-                                             parallel_iterations, warn))
-  with functions_traced():
-    return fn() if static else fn(tf.cast(iters, tf.int32))
+  key = (iters if static else "dynamic", fallback_to_while_loop, parallel_iterations, warn)
+  args = () if static else (tf.cast(iters, tf.int32),)
+  return eager_call("pfor", loop_fn, key, lambda: _program_function(
+      loop_fn, static, iters, fallback_to_while_loop, parallel_iterations, warn), *args)
 
 
 def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
@@ -98,15 +96,12 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     >>> vectorize.vectorized_map(lambda row: tf.reduce_max(row), tf.ones([4, 5]))  # [4]
   """
   if tf.executing_eagerly():
-    key = ("vectorized_map", callable_key(fn), fallback_to_while_loop, warn,
-           _dense_specs(elems))
-    graph_fn = cached(key, lambda: _program_map_function(
+    key = (fallback_to_while_loop, warn, _dense_specs(elems))
+    return eager_call("vectorized_map", fn, key, lambda: _program_map_function(
         fn, elems, fallback_to_while_loop, warn) or tf.function(
             functools.partial(_eager_body, _vectorized_map_in_graph, fn,
                               fallback_to_while_loop=fallback_to_while_loop, warn=warn),
-            autograph=False))
-    with functions_traced():
-      return graph_fn(elems)
+            autograph=False), elems)
   return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop, warn)
 
 

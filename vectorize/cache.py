@@ -4,6 +4,12 @@ An eager pfor (and each eager helper) wraps its whole conversion in a `tf.functi
 here so that calling it again neither traces nor converts again. The key is the body's code
 and what it closes over: user functions recursively, tensors and other objects by identity
 (held alive, so an id cannot be reused), numbers and strings by value.
+
+One recipe serves every eager entry point (`eager_call`): the key is (the entry's name, the
+user function's `callable_key`, what else the conversion depends on), plus the options the
+caller set; the function is traced with autograph on for the user's code (`body_function`:
+eagerly the user's code ran as Python, so a Python `if` on a tensor must work); the call runs
+in `functions_traced`.
 """
 
 import collections
@@ -17,9 +23,29 @@ import tensorflow as tf
 
 from vectorize import errors
 from vectorize import options
+from vectorize import trace
 
 _EAGER_CACHE_SIZE = 64
 _eager_cache = collections.OrderedDict()
+
+
+def eager_call(tag, user_fn, key, make, *args):
+  """Calls the function cached under (`tag`, `user_fn`'s key, `key`) on `args`, made by
+  `make()` on a miss (`body_function` of the entry's graph code, most often)."""
+  graph_fn = cached((tag, callable_key(user_fn)) + tuple(key), make)
+  with functions_traced():
+    return graph_fn(*args)
+
+
+def body_function(run, **function_options):
+  """`run` as a `tf.function` that traces the user's code inside it with autograph on (as
+  an eager body's Python ran), our own code untouched."""
+
+  def traced(*args):
+    with trace.autograph_enabled():
+      return run(*args)
+
+  return tf.function(traced, autograph=False, **function_options)
 
 
 def cached(key, make):

@@ -58,16 +58,11 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
     return _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux,
                                  fallback_to_while_loop)
 
-  def run_eagerly(batch, clip):
-    with trace.autograph_enabled():   # as an eager pfor's body: a Python `if` on a tensor works
-      return run(batch, clip)
-
   if tf.executing_eagerly():
-    key = ("clipped_gradient_sum", cache.callable_key(loss_fn),
-           tuple(cache.Identity(v) for v in flat_vars), has_aux, fallback_to_while_loop)
-    graph_fn = cache.cached(key, lambda: tf.function(run_eagerly, autograph=False))
-    with cache.functions_traced():
-      sums, norms, aux = graph_fn(batch, _as_float64(l2_norm_clip))
+    key = (tuple(cache.Identity(v) for v in flat_vars), has_aux, fallback_to_while_loop)
+    sums, norms, aux = cache.eager_call("clipped_gradient_sum", loss_fn, key,
+                                        lambda: cache.body_function(run), batch,
+                                        _as_float64(l2_norm_clip))
   else:
     sums, norms, aux = run(batch, _as_float64(l2_norm_clip))
   result = (tf.nest.pack_sequence_as(structure, sums),)

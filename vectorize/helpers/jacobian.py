@@ -296,11 +296,4 @@ def _reshape_rows(rows, output, x):
 def _cached_function(tag, f, in_graph):
   """One `tf.function` of `in_graph` per (tag, f), shared by every call with that f; it runs
   as a graph even under `tf.config.run_functions_eagerly(True)`."""
-  key = (tag, cache.callable_key(f))
-  graph_fn = cache.cached(key, lambda: tf.function(in_graph))
-
-  def call(x):
-    with cache.functions_traced():
-      return graph_fn(x)
-
-  return call
+  return lambda x: cache.eager_call(tag, f, (), lambda: cache.body_function(in_graph), x)

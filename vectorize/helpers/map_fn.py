@@ -84,29 +84,17 @@ def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True, swap
   elems = tf.nest.map_structure(tf.convert_to_tensor, elems)
   with tf.name_scope(name or "map_fn"):
     if tf.executing_eagerly():
-      with cache.functions_traced():
-        outputs = _cached_graph_fn(fn, signature, fallback_to_while_loop)(elems)
+      # A closure, not functools.partial: tf.function would trace a partial's bound
+      # arguments as inputs, turning the signature's TensorSpecs into placeholders.
+      outputs = cache.eager_call(
+          "map_fn", fn, (_signature_key(signature), fallback_to_while_loop),
+          lambda: cache.body_function(lambda e: _map_in_graph(fn, e, signature,
+                                                              fallback_to_while_loop)), elems)
     else:
       outputs = _map_in_graph(fn, elems, signature, fallback_to_while_loop)
   if not back_prop:
     outputs = tf.nest.map_structure(tf.stop_gradient, outputs)
   return outputs
-
-
-def _cached_graph_fn(fn, signature, fallback):
-  """One tf.function per (fn, signature, fallback), in pfor's eager cache."""
-  key = ("map_fn", cache.callable_key(fn), _signature_key(signature), fallback)
-  # A closure, not functools.partial: tf.function would trace a partial's bound arguments
-  # as inputs, turning the signature's TensorSpecs into placeholders.
-  return cache.cached(key, lambda: tf.function(
-      lambda e: _map_in_graph_converted(fn, e, signature, fallback), autograph=False))
-
-
-def _map_in_graph_converted(fn, elems, signature, fallback):
-  """`_map_in_graph` with autograph on for `fn`: eagerly, tf.map_fn runs `fn` as Python, so
-  a Python `if` on a tensor works there, and must in the graph we trace it into."""
-  with trace.autograph_enabled():
-    return _map_in_graph(fn, elems, signature, fallback)
 
 
 def _has_composites(elems, signature):

@@ -61,17 +61,11 @@ def per_example_gradients(loss_fn, variables, *batch, fallback_to_while_loop=Tru
   if not tf.executing_eagerly():
     return tf.nest.pack_sequence_as(structure, _per_example_in_graph(
         loss_fn, flat_vars, batch, fallback_to_while_loop, parallel_iterations))
-  key = ("per_example_gradients", cache.callable_key(loss_fn),
-         tuple(cache.Identity(v) for v in flat_vars),
-         fallback_to_while_loop, parallel_iterations)
-  def run_eagerly(batch):
-    with trace.autograph_enabled():   # as an eager pfor's body: a Python `if` on a tensor works
-      return _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
-                                   parallel_iterations)
-
-  graph_fn = cache.cached(key, lambda: tf.function(run_eagerly, autograph=False))
-  with cache.functions_traced():
-    grads = graph_fn(batch)
+  key = (tuple(cache.Identity(v) for v in flat_vars), fallback_to_while_loop,
+         parallel_iterations)
+  grads = cache.eager_call("per_example_gradients", loss_fn, key, lambda: cache.body_function(
+      lambda batch: _per_example_in_graph(loss_fn, flat_vars, batch, fallback_to_while_loop,
+                                          parallel_iterations)), batch)
   return tf.nest.pack_sequence_as(structure, grads)
 
 
