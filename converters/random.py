@@ -265,7 +265,8 @@ def _register_stateless_uniform_int(op_type, bits_op_type, num_seed_inputs):
       key_counter = _keys_per_iteration(op, num_seed_inputs)
       if key_counter is None:
         return _per_iteration(op)
-      bits = philox.full_int(*key_counter, op.invariant(0), op.value(lo).dtype, xla=op.ctx.target.xla)
+      bits = philox.full_int(*key_counter, op.invariant(0), op.value(lo).dtype,
+                             xla=op.ctx.target.xla)
       return _uniform_int_from_bits(stacked(bits), op.value(lo), op.value(hi))
     bits = op.rebuild([op.invariant(i) for i in range(lo)], attrs={"dtype": op.value(lo).dtype},
                       op_type=bits_op_type)[0]

@@ -94,4 +94,5 @@ class Context:
 
   def is_loop_index(self, value):
     """Whether `value` is this loop's index and that index is `range(n)`."""
-    return self.target.active_set.indices_are_range and value.stacked and value.tensor is self.indices
+    return (self.target.active_set.indices_are_range and value.stacked and
+            value.tensor is self.indices)

@@ -19,7 +19,7 @@ test_layering.py` keeps them off the global options).
 import dataclasses
 
 from vectorize import options
-from vectorize.control_flow.active_set import ActiveSet, Masked, Partitioned
+from vectorize.active_set import ActiveSet, Masked, Partitioned
 from vectorize.errors import ConversionError, user_location
 
 

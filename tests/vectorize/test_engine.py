@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import vectorize
 from vectorize import engine
-from vectorize.control_flow.active_set import Masked, Partitioned
+from vectorize.active_set import Masked, Partitioned
 
 X = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
 
@@ -28,7 +28,21 @@ def test_whole_loop_context_is_partitioned_with_indices_a_range():
   @tf.function
   def f():
     ctx = engine.whole_loop_context(tf.constant(3), 3, True, None)
-    assert isinstance(ctx.active_set, Partitioned) and ctx.active_set.indices_are_range
+    strategy = ctx.target.active_set
+    assert isinstance(strategy, Partitioned) and strategy.indices_are_range
+    assert not ctx.target.static_shapes and not ctx.target.xla and not ctx.target.subset
+    return ctx.indices
+
+  np.testing.assert_array_equal(f(), [0, 1, 2])
+
+
+def test_a_context_under_xla_has_a_static_masked_target():
+
+  @tf.function(jit_compile=True)
+  def f():
+    ctx = engine.whole_loop_context(tf.constant(3), 3, True, None)
+    assert ctx.target.xla and ctx.target.static_shapes and ctx.target.masked
+    assert "XLA" in ctx.target.cause[0]
     return ctx.indices
 
   np.testing.assert_array_equal(f(), [0, 1, 2])
@@ -40,7 +54,10 @@ def test_contexts_are_masked_under_static_shapes():
   def f():
     with vectorize.static_shapes():
       ctx = engine.chunk_context(tf.constant(2), tf.constant(3), True, None)
-    assert isinstance(ctx.active_set, Masked) and not ctx.active_set.indices_are_range
+    strategy = ctx.target.active_set
+    assert isinstance(strategy, Masked) and not strategy.indices_are_range
+    assert ctx.target.static_shapes and not ctx.target.xla
+    assert "vectorize.static_shapes()" in ctx.target.cause[0]
     assert ctx.static_n is None
     return ctx.indices
 

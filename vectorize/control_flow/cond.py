@@ -36,7 +36,7 @@ from vectorize import graph_io
 from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
-from vectorize.control_flow import active_set
+from vectorize import active_set
 from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stack

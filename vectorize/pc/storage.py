@@ -1,8 +1,7 @@
-"""How the VM reads and writes the members waiting at one block, and its stacks.
-
-`Partitioned` gathers the waiting members' positions (dynamic shapes); `Masked` runs every
-lane, the waiting ones marked by a mask and the others *borrowing* the first waiting lane's
-inputs, so no lane computes on junk (static shapes, for XLA). `Stacks` holds every stack of
+"""The VM's stacks. (The members waiting at one block are read and written as the active
+set's strategy holds them: `active_set.Partitioned.members` gathers their positions (dynamic
+shapes), `active_set.Masked.members` runs every lane, the others *borrowing* the first
+waiting lane's inputs (static shapes, for XLA).) `Stacks` holds every stack of
 one type in one static `[count, depth + 1, batch, ...]` buffer with one pointer per member
 and stack: a push or pop writes or reads one entry per member, O(batch), never
 O(depth x batch). Each stack's last row takes the writes that must not land (lanes not
@@ -10,72 +9,6 @@ pushing, members whose stack is full), so no write needs a gather of the old val
 """
 
 import tensorflow as tf
-
-
-class Partitioned:
-  """The members at a block, gathered: a leading axis of their count."""
-
-  def __init__(self, mask, lanes):
-    del lanes
-    self.mask = mask
-    self.positions = tf.cast(tf.where(mask)[:, 0], tf.int32)
-    self.lanes = self.positions        # where each computed row is written
-    self.n = tf.size(self.positions)
-    self.static_n = None
-
-  def gather(self, x):
-    return tf.gather(x, self.positions)
-
-  def update(self, x, new):
-    """`x` with the members' rows replaced by `new` (one row per member)."""
-    return tf.tensor_scatter_nd_update(x, self.positions[:, None], new)
-
-  def selected(self, flags):
-    """`flags` (one per computed row) as a mask over the whole batch."""
-    return tf.scatter_nd(self.positions[:, None], flags, tf.shape(self.mask))
-
-
-class Masked:
-  """Every lane runs; lanes not at the block borrow the first waiting lane's inputs."""
-
-  def __init__(self, mask, lanes, first):
-    """`first`: the lowest lane in `mask` (the lanes not in it borrow its inputs)."""
-    self.mask = mask
-    self.lanes = lanes
-    batch = tf.shape(mask)[0]
-    self.positions = tf.where(mask, lanes, first)
-    self.borrowing = True
-    self.n = batch
-    self.static_n = mask.shape[0]
-
-  def unborrowed(self):
-    """The same members, every lane on its own inputs: for a block under XLA that can
-    neither fail nor make a gradient of other lanes' junk NaN (integers only), which then
-    gathers nothing (a kernel less per block to compile)."""
-    out = Masked.__new__(Masked)
-    out.__dict__.update(self.__dict__, positions=self.lanes, borrowing=False)
-    return out
-
-  def gather(self, x):
-    return tf.gather(x, self.positions) if self.borrowing else x
-
-  def sized_here(self):
-    """The same members, their count read again from the mask's shape in the graph being
-    built: a gradient that recomputes a block reads the mask the forward step kept, whose
-    shape XLA knows, but the count as the forward step computed it would come back as a
-    value, not a compile-time constant (XLA refuses it as a `range`'s size)."""
-    out = Masked.__new__(Masked)
-    out.__dict__.update(self.__dict__, n=tf.shape(self.mask)[0])
-    return out
-
-  def update(self, x, new):
-    """`new` in every lane: the VM keeps only the members' lanes of what a block writes
-    to registers, after the dispatch (`registers.Layout.written`)."""
-    del x
-    return new
-
-  def selected(self, flags):
-    return flags & self.mask
 
 
 class Stacks:

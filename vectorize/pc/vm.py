@@ -6,9 +6,10 @@ stack, all kept in register files by type (`registers.py`), and the stacks, in o
 per type (`storage.Stacks`), the return-address stack among them. Each step picks the
 smallest program counter among running members, dispatches with `tf.switch_case` to that
 block, runs the block's straight-line code vectorized by the pfor engine for the members
-waiting there (`Partitioned`, or `Masked` with static shapes under XLA), and advances only
-their counters. The dispatch returns only what the block writes (its registers' slots, and
-under XLA the values it pushes), so no step copies the whole state. Members at different
+waiting there (held as the core active set's `Partitioned` holds them, or `Masked` with
+static shapes under XLA: `active_set.py`), and advances only their counters. The dispatch
+returns only what the block writes (its registers' slots, and under XLA the values it
+pushes), so no step copies the whole state. Members at different
 recursion depths wait at the same block and run together. A block that only copies values
 (argument and result moves, pushes and pops) skips the engine.
 """
@@ -20,11 +21,12 @@ import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from vectorize import graph_io
+from vectorize.active_set import Masked, Partitioned
 from vectorize.errors import ConversionError
 from vectorize.pc import engine_bridge, ir
 from vectorize.pc.allocation import REGISTER, STACK
 from vectorize.pc.registers import Layout
-from vectorize.pc.storage import Masked, Partitioned, Stacks
+from vectorize.pc.storage import Stacks
 from vectorize.pc.straight_line import StraightLine, assigned, is_copy
 
 _INITIAL_DEPTH = 8
@@ -53,6 +55,7 @@ class _Machine:
     self.program = program
     self.max_steps = max_steps
     self.masked = engine_bridge.static_shapes_wanted()
+    self.strategy = Masked() if self.masked else Partitioned()
     if self.masked and max_stack_depth is None:
       raise ConversionError("autobatch: under XLA (jit_compile=True) stacks cannot grow; "
                             f"pass max_stack_depth to autobatch({program.main}) (the deepest "
@@ -147,8 +150,7 @@ class _Machine:
     files, stacks = state["files"], state["stacks"]
     k, first = state["next"]
     pc = self.registers.read(files, "pc")
-    members = (Masked(tf.equal(pc, k), self.lanes, first) if self.masked else
-               Partitioned(tf.equal(pc, k), self.lanes))
+    members = self.strategy.members(tf.equal(pc, k), self.lanes, first)
     if self.recomputed:
       branches = [lambda files, stacks, block=block: self.block(
           block, files, stacks, members.sized_here()) for block in self.blocks]

@@ -14,6 +14,10 @@ Two strategies, one interface:
 - `Masked` (static shapes, as XLA needs): every lane runs, dead lanes borrow, and results
   are selected by the mask.
 
+The program-counter VM (`vectorize/pc/vm.py`) runs the members waiting at one block with
+the same two strategies: `members` gives them as it reads and writes them (gathered, or
+every lane with borrowed inputs).
+
 A conditional asks `split` for one `Part` per branch and `merge`s the branch outputs. A loop
 keeps a `LoopState` (the live set, the loop variables, what the strategy carries beside
 them): `lanes` says where the live iterations read, `read` gives the variables as they read
@@ -21,13 +25,13 @@ them, `keep` takes the body's new values, `restrict` drops the iterations whose 
 failed, `finals` gives the variables after the loop. `cond.py` and `while_loop.py` are each
 one algorithm over this interface.
 
-A Context's target (`target.py`) carries its active set: its class is the strategy of the conditionals and loops
-converted in that context; it also says whether the context's `indices` is exactly
-`range(n)`, whether only some iterations run there, and, where dead lanes compute too, which
-lanes are live (`live`). That mask is the one truth a converter with effects (a variable
-update, a print, an assertion) reads: a masked region's lanes run whatever strategy the
-enclosing context has (a loop carrying per-iteration TensorLists runs masked inside a
-partitioned context), and an effect of a dead lane is one the loop never has.
+A Context's target (`target.py`) carries its active set: its class is the strategy of the
+conditionals and loops converted in that context; it also says whether the context's
+`indices` is exactly `range(n)`, whether only some iterations run there, and, where dead
+lanes compute too, which lanes are live (`live`). That mask is the one truth a converter
+with effects (a variable update, a print, an assertion) reads: a masked region can sit
+inside a partitioned one (a loop carrying per-iteration TensorLists runs masked there),
+and an effect of a dead lane is one the loop never has.
 """
 
 import dataclasses
@@ -73,13 +77,15 @@ class LoopState(NamedTuple):
   carry: list
 
 
-def borrowing_lanes(mask):
+def borrowing_lanes(mask, lanes=None, first=None):
   """`[n]` positions: each lane itself where `mask` holds, else the first lane where it
-  holds (lane n - 1 when none does): the lane each lane reads its inputs from."""
+  holds (lane n - 1 when none does): the lane each lane reads its inputs from. `lanes`
+  (`range(n)`) and `first` may be given where they are known already."""
   n = tf.size(mask, out_type=tf.int32)
-  lanes = tf.range(n)
-  first_live = tf.reduce_min(tf.where(mask, lanes, n - 1))
-  return tf.where(mask, lanes, first_live)
+  lanes = tf.range(n) if lanes is None else lanes
+  if first is None:
+    first = tf.reduce_min(tf.where(mask, lanes, n - 1))
+  return tf.where(mask, lanes, first)
 
 
 def at_rows(ctx, rows, static_n=None, live=None):
@@ -140,6 +146,11 @@ class ActiveSet:
 @dataclasses.dataclass(frozen=True)
 class Partitioned(ActiveSet):
   """Live iterations gathered to their positions and run at their own count."""
+
+  def members(self, mask, lanes, first):
+    """The lanes of `mask` as a pc VM step runs them (`GatheredMembers`)."""
+    del lanes, first
+    return GatheredMembers(mask)
 
   def split(self, ctx, branch_index, num_branches):
     positions = tf.dynamic_partition(tf.range(ctx.n), branch_index, num_branches)
@@ -213,6 +224,11 @@ class Masked(ActiveSet):
 
   dead_lanes_compute = True
 
+  def members(self, mask, lanes, first):
+    """The lanes of `mask` as a pc VM step runs them (`MaskedMembers`; `first`: the lowest
+    lane in `mask`, whose inputs the others borrow)."""
+    return MaskedMembers(mask, lanes, first)
+
   def split(self, ctx, branch_index, num_branches):
     parts = []
     for b in range(num_branches):
@@ -264,6 +280,74 @@ class Masked(ActiveSet):
   def shape_invariants(self, ctx, state, full_shapes, fixed):
     del state, fixed
     return LoopState(tf.TensorShape([ctx.static_n]), list(full_shapes), [])
+
+
+# ----------------------------------------------------------------------------- pc members
+
+class GatheredMembers:
+  """The members at a block (a pc VM step), gathered: a leading axis of their count."""
+
+  def __init__(self, mask):
+    self.mask = mask
+    self.positions = tf.cast(tf.where(mask)[:, 0], tf.int32)
+    self.lanes = self.positions        # where each computed row is written
+    self.n = tf.size(self.positions)
+    self.static_n = None
+
+  def gather(self, x):
+    return tf.gather(x, self.positions)
+
+  def update(self, x, new):
+    """`x` with the members' rows replaced by `new` (one row per member)."""
+    return tf.tensor_scatter_nd_update(x, self.positions[:, None], new)
+
+  def selected(self, flags):
+    """`flags` (one per computed row) as a mask over the whole batch."""
+    return tf.scatter_nd(self.positions[:, None], flags, tf.shape(self.mask))
+
+
+class MaskedMembers:
+  """The members at a block (a pc VM step), every lane running; lanes not at the block
+  borrow the first waiting lane's inputs."""
+
+  def __init__(self, mask, lanes, first):
+    """`first`: the lowest lane in `mask` (the lanes not in it borrow its inputs)."""
+    self.mask = mask
+    self.lanes = lanes
+    batch = tf.shape(mask)[0]
+    self.positions = borrowing_lanes(mask, lanes, first)
+    self.borrowing = True
+    self.n = batch
+    self.static_n = mask.shape[0]
+
+  def unborrowed(self):
+    """The same members, every lane on its own inputs: for a block under XLA that can
+    neither fail nor make a gradient of other lanes' junk NaN (integers only), which then
+    gathers nothing (a kernel less per block to compile)."""
+    out = MaskedMembers.__new__(MaskedMembers)
+    out.__dict__.update(self.__dict__, positions=self.lanes, borrowing=False)
+    return out
+
+  def gather(self, x):
+    return tf.gather(x, self.positions) if self.borrowing else x
+
+  def sized_here(self):
+    """The same members, their count read again from the mask's shape in the graph being
+    built: a gradient that recomputes a block reads the mask the forward step kept, whose
+    shape XLA knows, but the count as the forward step computed it would come back as a
+    value, not a compile-time constant (XLA refuses it as a `range`'s size)."""
+    out = MaskedMembers.__new__(MaskedMembers)
+    out.__dict__.update(self.__dict__, n=tf.shape(self.mask)[0])
+    return out
+
+  def update(self, x, new):
+    """`new` in every lane: the VM keeps only the members' lanes of what a block writes
+    to registers, after the dispatch (`registers.Layout.written`)."""
+    del x
+    return new
+
+  def selected(self, flags):
+    return flags & self.mask
 
 
 def _stitch(positions, parts):

@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 from vectorize.context import Context
-from vectorize.control_flow import active_set
-from vectorize.control_flow.active_set import Masked, Partitioned
+from vectorize import active_set
+from vectorize.active_set import Masked, Partitioned
 from vectorize.target import Target
 from vectorize.values import Value
 
