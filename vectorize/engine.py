@@ -19,6 +19,7 @@ from vectorize import checked
 from vectorize import chunk_outputs
 from vectorize import dims
 from vectorize import graph_io
+from vectorize import kinds
 from vectorize import options
 from vectorize import ragged
 from vectorize import trace as trace_module
@@ -140,7 +141,7 @@ def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
       values, operations = checked.convert_checked(body, ctx, vectorize_loop)
     else:
       values, operations = body.convert(ctx)
-    flat = [ragged.output_tensor(v, n, stack) for v in values]
+    flat = [kinds.of(v).pack(v, n) for v in values]
     return body.traced.pack(flat, operations)
   checked.warn_not_checked_in_chunks()
   if static_n is not None and options.compiled_by_xla():

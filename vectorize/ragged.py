@@ -35,7 +35,7 @@ from typing import NamedTuple, Optional
 import tensorflow as tf
 
 from vectorize import registry
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import ConversionError
 from vectorize.values import Value
 
 
@@ -233,25 +233,6 @@ def settle(value, static_shape, ctx):
     return Value(tf.reshape(rows.values, shape), True)
 
 
-def output_tensor(value, n, stack):
-  """A body output: a `tf.RaggedTensor` (int64 row splits, as `tf.ragged.stack` gives) for a
-  ragged value, else `stack(value, n)`."""
-  if not is_ragged(value):
-    return stack(value, n)
-  rows = value.tensor
-  if rows.dims is None:
-    return tf.RaggedTensor.from_row_lengths(rows.values, tf.cast(rows.row_lengths, tf.int64),
-                                            validate=False)
-  # Several axes of per-iteration size: one ragged dimension each, every row of an axis as
-  # long as its iteration's next size.
-  dims = tf.cast(rows.dims, tf.int64)
-  lengths, counts = [dims[:, 0]], dims[:, 0]
-  for k in range(1, dims.shape[1]):
-    lengths.append(tf.repeat(dims[:, k], counts))
-    counts *= dims[:, k]
-  return tf.RaggedTensor.from_nested_row_lengths(rows.values, lengths, validate=False)
-
-
 def stack_ragged_outputs(flat_values, row_splits):
   """The stack of per-iteration RaggedTensors from their stacked components: the flat
   values (ragged or stacked) and each level's row splits (ragged or stacked). Iteration i's
@@ -313,13 +294,6 @@ def register_multi_axis_producer(*op_types):
   return registry.register(*op_types, kind=registry.MULTI_AXIS_PRODUCER)
 
 
-def _multi_axis_converter(op):
-  """The converter of op for an input that differs in several axes, if it accepts op."""
-  converter = registry.lookup(op.type, registry.MULTI_AXIS)
-  return converter if converter is not None and registry.accepts(op, registry.MULTI_AXIS) \
-      else None
-
-
 def _multi_axis_uses_only(tensor):
   """Whether every use of `tensor` has a multi-axis converter that accepts it, and so on
   down through the uses whose outputs the graph does not know whole."""
@@ -327,14 +301,14 @@ def _multi_axis_uses_only(tensor):
   if not uses or any(tensor is t for t in getattr(tensor.graph, "outputs", ())):
     return False
   for use in uses:
-    if _multi_axis_converter(use) is None:
+    if registry.converter_of(use, registry.MULTI_AXIS) is None:
       return False
     if not all(t.shape.is_fully_defined() or _multi_axis_uses_only(t) for t in use.outputs):
       return False
   return True
 
 
-def _multi_axis_producer(op, target):
+def multi_axis_producer(op, target):
   """The multi-axis producer of op where its output differs in several axes and every use
   takes that (shapes dynamic: `target`); else None."""
   producer = registry.lookup(op.type, registry.MULTI_AXIS_PRODUCER)
@@ -344,25 +318,3 @@ def _multi_axis_producer(op, target):
   if shape.rank is None or sum(d is None for d in shape.as_list()) < 2:
     return None
   return producer if _multi_axis_uses_only(op.outputs[0]) else None
-
-
-def converter_for(op, inputs, dense_converter, target):
-  """The converter the walker calls: `dense_converter` unless an input is ragged, then the
-  ragged one registered for op's type, or one raising Unvectorizable that says why."""
-  ragged_inputs = [k for k, v in enumerate(inputs) if is_ragged(v)]
-  if not ragged_inputs:
-    return _multi_axis_producer(op, target) or dense_converter
-  if any(is_multi_axis(inputs[k]) for k in ragged_inputs):
-    converter = _multi_axis_converter(op)
-  else:
-    converter = registry.lookup(op.type, registry.RAGGED)
-  if converter is not None:
-    return converter
-  k = ragged_inputs[0]
-
-  def refuse(_):
-    raise Unvectorizable(
-        f"input {k} ({op.inputs[k].name}) has a different size in every iteration (ragged), "
-        f"and op type {op.type} has no converter for ragged inputs")
-
-  return refuse

@@ -109,6 +109,12 @@ def accepts(op, kind):
   return test is None or test(op)
 
 
+def converter_of(op, kind):
+  """The converter for `op` (a graph op) with inputs of `kind`, if it takes this op."""
+  converter = lookup(op.type, kind)
+  return converter if converter is not None and accepts(op, kind) else None
+
+
 def registered_op_types(kind=TENSOR):
   """The sorted op types that have a converter for `kind` (a family's included)."""
   types = set(_TABLES[kind])

@@ -17,6 +17,7 @@ from tensorflow.python.ops import handle_data_util
 from vectorize import custom_gradients
 from vectorize import fallback
 from vectorize import graph_io
+from vectorize import kinds
 from vectorize import lists
 from vectorize import op_types
 from vectorize import ragged
@@ -202,7 +203,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     new_op = graph_io.copy_op(op, tensors)
     return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
   inputs = ragged.readable_inputs(op, inputs)
-  converter = ragged.converter_for(op, inputs, registry.lookup(op.type), ctx.target)
+  converter = _dispatch(op, inputs, ctx)
   graph = tf.compat.v1.get_default_graph()
   first_emitted = len(graph.get_operations()) if _may_write(op) else None
   try:
@@ -222,6 +223,27 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     ctx.report.add(op, "fallback", reason)
     fallback.warn_once(op, ctx, reason)
     return fallback.run_sequentially(op, inputs, ctx)
+
+
+def _dispatch(op, inputs, ctx):
+  """The converter of `op` for its inputs' kind (`kinds.py`): for tensors, its own (or the
+  producer of values ragged in several axes, where every use takes them); for ragged
+  inputs, the table of the most specific kind; else one raising Unvectorizable that says
+  why."""
+  kind = kinds.dispatch_kind(inputs)
+  if kind == registry.TENSOR:
+    return ragged.multi_axis_producer(op, ctx.target) or registry.lookup(op.type)
+  converter = registry.converter_of(op, kind)
+  if converter is not None:
+    return converter
+  k = next(k for k, v in enumerate(inputs) if ragged.is_ragged(v))
+
+  def refuse(_):
+    raise Unvectorizable(
+        f"input {k} ({op.inputs[k].name}) has a different size in every iteration (ragged), "
+        f"and op type {op.type} has no converter for ragged inputs")
+
+  return refuse
 
 
 def _may_write(op):

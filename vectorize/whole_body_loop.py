@@ -14,11 +14,11 @@ from tensorflow.python.framework import func_graph
 
 from vectorize import graph_io
 from vectorize import iteration_outputs
+from vectorize import kinds
 from vectorize import op_types
 from vectorize import ragged
 from vectorize import trace as trace_module
 from vectorize.errors import ConversionError, Unvectorizable
-from vectorize.values import stack
 
 def resource_users(resource):
   """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
@@ -171,7 +171,7 @@ def run_sequentially(loop_fn, traced, n, static_n, refusal, target, ragged_flags
   graph_io.keep_unlowered(results[0])
   flat = []
   for value, t in zip(outputs.values(results[1:], n, static_n), traced.graph.outputs):
-    out = ragged.output_tensor(value, n, stack)
+    out = kinds.of(value).pack(value, n)
     if isinstance(out, tf.Tensor):
       out.set_shape(tf.TensorShape([static_n]).concatenate(t.shape))
     flat.append(out)
