@@ -1,10 +1,17 @@
 """The walker: converts one traced graph, op by op, in topological order.
 
-Each body tensor maps to a `Value`. An op whose inputs are all invariant and that is
-stateless is emitted once, unchanged, and its outputs stay invariant. Every other op goes to
-its registered converter; an op with no converter, or whose converter raises
-`Unvectorizable`, falls back to the sequential loop, or raises `ConversionError` when the
-context forbids fallback. Control edges between body ops are kept between their conversions.
+Each body tensor maps to a `Value`. An op goes through three stages (`_convert_op`):
+- copy: an op whose inputs are all invariant and that is stateless is emitted once,
+  unchanged, and its outputs stay invariant (`_copied`);
+- dispatch: every other op goes to the converter registered for its type and the kind of
+  its inputs (`_dispatch`, `kinds.py`), whose results are checked against the op and
+  settled: a ragged result whose per-iteration shape the graph knows is stacked again
+  (`_check_results`);
+- fallback: an op with no converter, or whose converter raises `Unvectorizable`, runs in
+  the sequential loop (`_fall_back`), or raises `ConversionError` when the context forbids
+  fallback.
+Control edges between body ops are kept between their conversions. Ops whose gradient is
+their own Python function keep it (`custom_gradients.py`).
 """
 
 
@@ -177,31 +184,19 @@ def _convert_reduction(op, env, ctx):
 
 def _convert_op(op, inputs, ctx, lookup=None, needed=None):
   """Converts one op; returns a list of Values, or an Operation for ops with no outputs.
-  `needed`: the refs of the tensors that the graph's wanted outputs depend on."""
+  `needed`: the refs of the tensors that the graph's wanted outputs depend on.
+
+  The stages: an op of invariant inputs is copied as it is (`_copied`); any other goes to
+  the converter of its inputs' kind (`_dispatch`), whose results are checked and settled
+  (`_check_results`: a ragged result whose shape the graph knows is stacked again); one
+  that cannot convert runs in a sequential loop (`_fall_back`)."""
   if op.type == "Placeholder":
     raise ConversionError(
         f"Placeholder {op.name} in the loop body is not an input of the body; "
         "vectorize cannot feed it.")
   if (not any(v.stacked for v in inputs) and not op._is_stateful and  # pylint: disable=protected-access
       op.type not in _NEVER_COPIED):
-    ctx.report.add(op, "invariant")
-    if op.type == "Const" and not op.control_inputs:
-      shared = graph_io.copy_small_constant(op)
-      if shared is not None:
-        return [invariant(shared)]
-    tensors = [v.tensor for v in inputs]
-    constants = graph_io.folded(op, tensors)
-    if constants is not None:
-      return [invariant(t) for t in constants]
-    if op.type in _WRONG_UNDER_XLA and ctx.target.static_shapes:
-      where, way_out = ctx.target.cause
-      raise ConversionError(
-          f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} {where}: "
-          "its output's size depends on the data, and XLA computes such values wrongly (an "
-          f"empty result, a garbage shape) or crashes. To fix: {way_out}, or compute it "
-          "outside the compiled function.")
-    new_op = graph_io.copy_op(op, tensors)
-    return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
+    return _copied(op, inputs, ctx)
   inputs = ragged.readable_inputs(op, inputs)
   converter = _dispatch(op, inputs, ctx)
   graph = tf.compat.v1.get_default_graph()
@@ -214,15 +209,45 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
     return results
   except Unvectorizable as e:
-    reason = str(e)
-    if not ctx.fallback_allowed:
-      raise ConversionError(_describe_failure(op, reason)) from None
-    if first_emitted is not None:
-      _refuse_if_it_wrote(op, graph, graph.get_operations()[first_emitted:], reason)
-    _refuse_if_it_shares_state(op, reason)
-    ctx.report.add(op, "fallback", reason)
-    fallback.warn_once(op, ctx, reason)
-    return fallback.run_sequentially(op, inputs, ctx)
+    emitted = graph.get_operations()[first_emitted:] if first_emitted is not None else None
+    return _fall_back(op, inputs, ctx, str(e), emitted)
+
+
+def _copied(op, inputs, ctx):
+  """An op of invariant inputs, emitted once as it is (small constants shared, integer
+  shape arithmetic folded): its outputs are invariant."""
+  ctx.report.add(op, "invariant")
+  if op.type == "Const" and not op.control_inputs:
+    shared = graph_io.copy_small_constant(op)
+    if shared is not None:
+      return [invariant(shared)]
+  tensors = [v.tensor for v in inputs]
+  constants = graph_io.folded(op, tensors)
+  if constants is not None:
+    return [invariant(t) for t in constants]
+  if op.type in _WRONG_UNDER_XLA and ctx.target.static_shapes:
+    where, way_out = ctx.target.cause
+    raise ConversionError(
+        f"Cannot vectorize op {op.name!r} of type {op.type}{user_location(op)} {where}: "
+        "its output's size depends on the data, and XLA computes such values wrongly (an "
+        f"empty result, a garbage shape) or crashes. To fix: {way_out}, or compute it "
+        "outside the compiled function.")
+  new_op = graph_io.copy_op(op, tensors)
+  return [invariant(t) for t in new_op.outputs] if new_op.outputs else new_op
+
+
+def _fall_back(op, inputs, ctx, reason, emitted):
+  """The op run in a sequential loop over the iterations, where the context allows it and
+  the converter that refused (`reason`) wrote nothing (`emitted`: what it emitted, where it
+  may write variables) and the op shares no state the loop would order."""
+  if not ctx.fallback_allowed:
+    raise ConversionError(_describe_failure(op, reason)) from None
+  if emitted is not None:
+    _refuse_if_it_wrote(op, tf.compat.v1.get_default_graph(), emitted, reason)
+  _refuse_if_it_shares_state(op, reason)
+  ctx.report.add(op, "fallback", reason)
+  fallback.warn_once(op, ctx, reason)
+  return fallback.run_sequentially(op, inputs, ctx)
 
 
 def _dispatch(op, inputs, ctx):
