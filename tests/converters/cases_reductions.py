@@ -176,7 +176,7 @@ _UNSORTED_CASES = [
 
 def _as_four_segments(fn):
   """Stacked sorted ids give a segment count of each iteration's own (a ragged value, returned
-  as a RaggedTensor: test_fuzz_findings_segments.py); the cases' ids all end at 3, and
+  as a RaggedTensor: test_reductions.py); the cases' ids all end at 3, and
   `ensure_shape` says so, which makes the result stacked again."""
   return lambda *args: tf.ensure_shape(fn(*args), [4, 3])
 

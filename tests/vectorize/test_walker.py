@@ -109,3 +109,34 @@ def test_gather_at_the_loop_index_of_all_rows_is_no_copy():
 def test_gather_at_the_loop_index_of_more_rows_than_iterations_still_gathers():
   testing.check_against_loop(lambda i: tf.gather(X, i) * 2.0, 3)
   testing.check_against_loop(lambda i: tf.gather(X, i) * 2.0, 4, mode="dynamic")
+
+
+def test_unique_of_an_invariant_under_xla_is_a_clear_error():
+  """Fuzz seed 1240049: tf.unique of a loop-invariant value under jit_compile. XLA computes
+  it wrongly by itself (an empty result, no vectorize involved) and crashed the process once
+  the result was tiled; it is refused, while the same pfor without XLA equals the loop."""
+  w = tf.constant([5, 1, 7])
+  body = lambda i: tf.math.cumprod(tf.unique(tf.math.floormod(tf.identity(w), 3))[0])
+  fn = tf.function(lambda ws: vectorize.pfor(
+      lambda i: tf.math.cumprod(tf.unique(tf.math.floormod(ws, 3))[0]), 3,
+      fallback_to_while_loop=False), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="output's size depends on the data"):
+    fn(w)
+  np.testing.assert_array_equal(vectorize.pfor(body, 3), [[2, 2]] * 3)
+
+
+V11 = tf.Variable([-0.3])
+
+
+def test_boolean_mask_of_an_invariant_under_xla_is_a_clear_error():
+  """Fuzz seeds 1260067, 1240109: tf.boolean_mask of a loop-invariant value (a variable's
+  value) under jit_compile, given to every iteration, came back with a garbage shape
+  ((21862, 646229280) for (1, 0)) or a dynamic_padder RET_CHECK; XLA miscompiles such
+  data-dependent sizes by itself too (a gather from an empty one aborts the process). It is
+  refused, while the same pfor without XLA equals the loop."""
+  body = lambda i: tf.boolean_mask(tf.identity(V11), tf.identity(V11) > 0.0)
+  fn = tf.function(lambda: vectorize.pfor(body, 1, fallback_to_while_loop=False),
+                   jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="Where.*output's size depends on the data"):
+    fn()
+  testing.check_against_loop(body, 2)

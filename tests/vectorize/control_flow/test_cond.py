@@ -209,3 +209,208 @@ def test_gradient_intermediates_of_a_branch_not_taken_by_all(mode):
       loss = tf.reduce_sum(tf.square(out))
     return tape.gradient(loss, row)
   testing.assert_allclose(testing.run_pfor(body, 4, mode), testing.sequential(body, 4), 1e-5)
+
+
+# A [4, 3] input, the fuzz programs' size.
+SMALL_X = tf.constant(np.random.default_rng(9).standard_normal([4, 3]), tf.float32)
+
+
+X5 = tf.constant(np.random.default_rng(9).standard_normal([4, 4, 5, 2]), tf.float32)
+
+
+V5 = tf.Variable(np.random.default_rng(9).standard_normal([4, 2, 2, 2, 3]), dtype=tf.float32)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla", "dynamic"])
+@pytest.mark.parametrize("n", [1, 4])
+def test_cond_under_a_tape_with_an_intermediate_of_unknown_dim(n, mode):
+  """Fuzz seed 4044, shrunk: the untaken branch's stand-in for an intermediate of unknown
+  dims (TF gives them as 0, `[0, 4, 5, 2]` for `[None, 4, 5, 2]`) could not be merged with
+  the taken branch's values ('Dimension 0 in both shapes must be equal' in DynamicStitch)."""
+  def body(i):
+    with tf.GradientTape() as tape:
+      def taken():
+        image = tf.squeeze(X5[i:i + 1], 0)[tf.newaxis]      # static shape [1, None, 5, 2]
+        y = tf.nn.conv2d(image, V5[-1 - i], 1, "VALID")
+        return tf.zeros([2]) + tf.reduce_mean(y)
+      out = tf.cond(tf.equal(tf.math.floormod(i, 2), 0), taken, lambda: tf.zeros([2]))
+      loss = tf.reduce_sum(tf.square(out))
+    tape.gradient(loss, tf.zeros([2]), unconnected_gradients="zero")
+    return out
+  testing.check_against_loop(body, n, mode=mode)
+
+
+@pytest.mark.unchecked
+@pytest.mark.parametrize("known", [True, False])
+def test_conditional_known_at_trace_time_emits_no_conditional(known):
+  """A predicate or branch index known when the body is traced picks its branch in place."""
+  def body(i):
+    x = SMALL_X[i]
+    picked = tf.cond(tf.constant(known), lambda: x * 2.0, lambda: x - 1.0)
+    return tf.switch_case(tf.constant(5), [lambda: picked, lambda: picked + 1.0])
+  graph = tf.function(lambda: vectorize.pfor(body, 3, fallback_to_while_loop=False),
+                      autograph=False).get_concrete_function().graph
+  assert not {"If", "StatelessIf", "Case", "StatelessCase"} & set(testing.all_op_types(graph))
+  testing.check_against_loop(body, 3)
+
+
+X8 = tf.constant(np.random.default_rng(9).standard_normal([4, 1]), tf.float32)
+
+
+W8 = tf.constant(np.random.default_rng(8).standard_normal([1, 2, 3]), tf.float32)
+
+
+B8 = tf.constant([2.])
+
+
+P8 = tf.constant([1., -1., 1., -1.])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_add_chain_in_a_per_iteration_branch_survives_grappler(mode):
+  """Fuzz seed 1000020, shrunk (the first run of the extended pool): a silent wrong answer
+  (shape (0,)) while Grappler's arithmetic optimizer rewrote the add chain x + x + b in our
+  lowered guard cond; plain TF shows the bug too, so the guard stays a functional If."""
+  def body(i):
+    x = X8[-1 - i]
+    return tf.cond(P8[-1 - i] > 0.0, lambda: tf.tanh(W8) + (x + x + B8), lambda: W8)
+  testing.check_against_loop(body, 3, mode=mode)
+
+
+def test_add_chain_in_a_per_iteration_branch_survives_grappler_in_the_gradient():
+  """Fuzz seed 1000268, shrunk: the gradient of the guard cond was lowered to Switch /
+  Merge again, and Grappler turned the gradient's add chain into shape (0,) (a silent
+  wrong answer); the guard is now a Case that passes its lowering flag to its gradient."""
+  def make_body(x):
+    def body(i):
+      xi = x[-1 - i]
+      return tf.cond(P8[-1 - i] > 0.0, lambda: tf.tanh(xi), lambda: xi + xi + B8)
+    return body
+
+  @tf.function(autograph=False)
+  def pfor_grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = vectorize.pfor(make_body(x), 3, fallback_to_while_loop=False)
+      total = tf.reduce_sum(out * out)
+    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
+
+  with tf.GradientTape() as tape:
+    tape.watch(X8)
+    body = make_body(X8)
+    out = tf.stack([body(tf.constant(i)) for i in range(3)])
+    total = tf.reduce_sum(out * out)
+  expected = tf.convert_to_tensor(tape.gradient(total, X8))
+  np.testing.assert_allclose(pfor_grad(X8), expected, rtol=1e-5)
+
+
+X9 = tf.constant(np.random.default_rng(0).standard_normal([4, 3, 1]), tf.float32)
+
+
+SIGNS9 = tf.constant([-1., -2., 3., -4.])
+
+
+W9 = tf.ones([3, 3])
+
+
+def _gradient_of_a_gather_in_one_branch(i):
+  """The gradient of the cond is an IndexedSlices: in one branch the 2 gathered rows, in
+  the other a dense zero gradient seen as 3 rows."""
+  xi = X9[i]
+  with tf.GradientTape() as tape:
+    tape.watch(xi)
+    out = tf.cond(SIGNS9[i] > 0.0, lambda: W9,
+                  lambda: tf.tanh(W9) + tf.reduce_mean(tf.gather(xi, [1, 2])))
+    loss = tf.reduce_sum(tf.square(out))
+  return tape.gradient(loss, xi, unconnected_gradients="zero")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_branches_giving_values_of_other_sizes_merge_as_ragged(n, mode):
+  """Fuzz seed 1003004, shrunk ('Dimension 0 in both shapes must be equal, but are 3 and
+  2' in DynamicStitch): the branches' outputs now merge as a ragged value, and the dense
+  shape, the same constant in both branches, stays loop-invariant."""
+  testing.check_against_loop(_gradient_of_a_gather_in_one_branch, n, mode=mode)
+
+
+def test_branches_giving_values_of_other_sizes_under_xla_is_a_clear_error():
+  fn = tf.function(lambda: vectorize.pfor(_gradient_of_a_gather_in_one_branch, 4,
+                                          fallback_to_while_loop=False), jit_compile=True)
+  with pytest.raises(vectorize.ConversionError, match="rows depending on the branch taken"):
+    fn()
+
+
+def _gradient_of_a_tensor_array_gather_in_one_branch(i):
+  xi = X9[i]
+  with tf.GradientTape() as tape:
+    tape.watch(xi)
+    def gathered():
+      rows = tf.TensorArray(tf.float32, 3).unstack(xi).gather([1, 2])
+      return tf.tanh(W9) + tf.reduce_mean(rows)
+    loss = tf.reduce_sum(tf.square(tf.cond(SIGNS9[i] > 0.0, lambda: W9, gathered)))
+  return tape.gradient(loss, xi, unconnected_gradients="zero")
+
+
+@pytest.mark.parametrize("n,mode", [(1, "function"), (2, "function"), (1, "dynamic"),
+                                    (2, "dynamic"), (4, "dynamic")])
+def test_gradient_list_of_a_per_iteration_length_and_run_time_element_shape(n, mode):
+  """Fuzz seed 1003004: the gradient of a TensorArray gather reserves a list shaped like
+  the forward one (`TensorListElementShape`), known at run time only; it was refused as of
+  unknown rank ('a TensorList of a per-iteration size with elements of unknown rank').
+  At a static n = 2 (both lanes in one branch) the branch was then skipped: Grappler folded
+  the Size of its positions to 0."""
+  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, n,
+                             mode=mode)
+
+
+@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason="active_set.py "
+                   "or TF's Grappler: with a static n, constant folding gives a part of a "
+                   "partitioned conditional another part's size (a TensorList intermediate "
+                   "under a tape; 'data[1].shape = [1] does not start with indices[1].shape "
+                   "= [3]' in DynamicStitch); passes with n known at run time, with "
+                   "constant folding off, or with the predicate's data passed as a "
+                   "tf.function argument instead of a captured constant")
+def test_gradient_list_in_one_branch_with_a_static_n():
+  """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other)."""
+  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, 4,
+                             mode="function")
+
+
+X10 = tf.constant([[0.5], [-1.], [2.], [0.3]])
+
+
+V10 = tf.constant([1., 2., 3., 4.])
+
+
+FLAG10 = tf.Variable(False)
+
+
+def _tape_over_a_cond_reading_a_slice(x, i):
+  """A tape inside the body over a cond whose untaken branch reads `x[i:i + 1]`."""
+  vi = tf.gather(V10, i)
+  with tf.GradientTape() as tape:
+    tape.watch(vi)
+    def sliced():
+      return tf.tanh(vi) + tf.reduce_mean(vi / (tf.abs(tf.squeeze(x[i:i + 1], 0)) + 1.0))
+    y = tf.square(tf.cond(tf.convert_to_tensor(FLAG10), lambda: tf.tanh(vi), sliced))
+  return tape.gradient(y, vi)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="TensorFlow's bug, not ours: "
+                   "under XLA (and wherever cond_v2 makes FakeParam stand-ins instead of "
+                   "Optionals, as pfor's trace does) a stand-in's unknown dims become 0, and "
+                   "the outer gradient's aggregation fails: 'Shapes (0, 1) and (1, 1) are not "
+                   "compatible'")
+def test_plain_tf_gradient_of_a_cond_under_a_tape_under_xla():
+  """The grad-mode kind of fuzz seeds 62, 3895, 120062, 120075 ('Shapes (0, ..) and (1, ..)
+  are not compatible'), shown with no vectorize at all: the outer gradient of one iteration
+  under jit_compile. pfor traces the body with optionals disabled, as TF's own pfor does,
+  and meets the same error."""
+  @tf.function(jit_compile=True)
+  def grad(x, i):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = _tape_over_a_cond_reading_a_slice(x, i)
+    return tape.gradient(y, x)
+  grad(X10, tf.constant(1))

@@ -1,4 +1,4 @@
-"""Fuzz findings in converters/tensor_lists.py, kept as regression tests."""
+"""converters/tensor_lists.py: regression tests (fuzz findings)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""Fuzz findings in segment reductions (converters/reductions.py): sorted segment ids whose
-segment count (last id + 1) differs per iteration."""
+"""converters/reductions.py: segment reductions whose segment count (last id + 1) differs per
+iteration (sorted segment ids; fuzz findings)."""
 
 import numpy as np
 import pytest
