@@ -117,6 +117,8 @@ def converter_of(op, kind):
 
 def registered_op_types(kind=TENSOR):
   """The sorted op types that have a converter for `kind` (a family's included)."""
+  if kind not in _TABLES:
+    raise ValueError(f"{kind!r} is no value kind; the kinds are {', '.join(KINDS)}.")
   types = set(_TABLES[kind])
   for f in _FAMILIES:
     if kind in f.converters:

@@ -95,3 +95,9 @@ def test_a_multi_axis_converter_says_which_ops_it_accepts(scratch_types):
   finally:
     registry._TABLES[registry.MULTI_AXIS].pop("TestOnlyAccepting")  # pylint: disable=protected-access
     registry._ACCEPTS.pop((registry.MULTI_AXIS, "TestOnlyAccepting"))  # pylint: disable=protected-access
+
+
+def test_an_unknown_kind_is_a_clear_error():
+  with pytest.raises(ValueError, match="'raged' is no value kind; the kinds are tensor, ragged"):
+    vectorize.registered_op_types("raged")
+  assert vectorize.registered_op_types("ragged") == registry.registered_op_types(registry.RAGGED)
