@@ -101,6 +101,27 @@ def check_against_loop(body, n, mode="function", tol=1e-5):
   assert_allclose(run_pfor(body, n, mode=mode), expected, tol)
 
 
+def check_gradient_against_loop(make_body, x, n, tol=1e-5):
+  """The gradient w.r.t. `x` of the sum of squares of `pfor(make_body(x), n)` (fallback off,
+  in a tf.function) equals that of the stacked loop of `make_body(x)`."""
+
+  @tf.function(autograph=False)
+  def pfor_grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = vectorize.pfor(make_body(x), n, fallback_to_while_loop=False)
+      total = tf.reduce_sum(out * out)
+    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
+
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    body = make_body(x)
+    out = tf.stack([body(tf.constant(i)) for i in range(n)])
+    total = tf.reduce_sum(out * out)
+  expected = tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
+  np.testing.assert_allclose(pfor_grad(x), expected, rtol=tol)
+
+
 def all_ops(graph):
   """The ops of a graph and of every function in its library."""
   ops = list(graph.get_operations())

@@ -287,21 +287,7 @@ def test_add_chain_in_a_per_iteration_branch_survives_grappler_in_the_gradient()
       return tf.cond(P8[-1 - i] > 0.0, lambda: tf.tanh(xi), lambda: xi + xi + B8)
     return body
 
-  @tf.function(autograph=False)
-  def pfor_grad(x):
-    with tf.GradientTape() as tape:
-      tape.watch(x)
-      out = vectorize.pfor(make_body(x), 3, fallback_to_while_loop=False)
-      total = tf.reduce_sum(out * out)
-    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
-
-  with tf.GradientTape() as tape:
-    tape.watch(X8)
-    body = make_body(X8)
-    out = tf.stack([body(tf.constant(i)) for i in range(3)])
-    total = tf.reduce_sum(out * out)
-  expected = tf.convert_to_tensor(tape.gradient(total, X8))
-  np.testing.assert_allclose(pfor_grad(X8), expected, rtol=1e-5)
+  testing.check_gradient_against_loop(make_body, X8, 3)
 
 
 X9 = tf.constant(np.random.default_rng(0).standard_normal([4, 3, 1]), tf.float32)

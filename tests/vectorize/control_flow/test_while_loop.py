@@ -325,7 +325,8 @@ def test_gradient_through_pfor_of_a_switch_case_in_a_per_iteration_loop():
   """Fuzz seed 100018, shrunk: the Case emitted for `switch_case(tf.constant(1), ...)` in a
   per-iteration loop made TF's Case gradient assert (cond_v2._resolve_grad_inputs); a
   branch index known at trace time now picks its branch with no Case."""
-  _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: tf.constant(1)))
+  testing.check_gradient_against_loop(
+      _switch_case_in_a_per_iteration_loop(lambda: tf.constant(1)), X6, 3)
 
 
 def test_gradient_through_pfor_of_a_switch_case_with_a_run_time_index_in_a_loop():
@@ -334,7 +335,8 @@ def test_gradient_through_pfor_of_a_switch_case_with_a_run_time_index_in_a_loop(
   inside a while loop asserts where the shape is unknown (cond_v2._resolve_grad_inputs; plain
   TF code with a [None, 3] loop variable fails the same way): the output is reshaped to its
   own shape, which makes that gradient dense (cond.py `_dense_gradient`)."""
-  _check_loop_gradient(_switch_case_in_a_per_iteration_loop(lambda: INDEX6))
+  testing.check_gradient_against_loop(_switch_case_in_a_per_iteration_loop(lambda: INDEX6),
+                                      X6, 3)
 
 
 def test_gradient_through_pfor_of_a_cond_with_a_run_time_predicate_in_a_loop():
@@ -347,25 +349,7 @@ def test_gradient_through_pfor_of_a_cond_with_a_run_time_predicate_in_a_loop():
         return j + 1, tf.cond(INDEX6 > 0, lambda: c * 2.0, lambda: c * 3.0)
       return tf.while_loop(lambda j, c: j < TRIPS6[i], step, (0, xi))[1]
     return body
-  _check_loop_gradient(make_body)
-
-
-def _check_loop_gradient(make_body):
-  @tf.function(autograph=False)
-  def pfor_grad(x):
-    with tf.GradientTape() as tape:
-      tape.watch(x)
-      out = vectorize.pfor(make_body(x), 3, fallback_to_while_loop=False)
-      total = tf.reduce_sum(out * out)
-    return tf.convert_to_tensor(tape.gradient(total, x, unconnected_gradients="zero"))
-
-  with tf.GradientTape() as tape:
-    tape.watch(X6)
-    body = make_body(X6)
-    out = tf.stack([body(tf.constant(i)) for i in range(3)])
-    total = tf.reduce_sum(out * out)
-  expected = tf.convert_to_tensor(tape.gradient(total, X6, unconnected_gradients="zero"))
-  np.testing.assert_allclose(pfor_grad(X6), expected, rtol=1e-5)
+  testing.check_gradient_against_loop(make_body, X6, 3)
 
 
 X7 = tf.constant(np.random.default_rng(9).standard_normal([4, 2]), tf.float32)
