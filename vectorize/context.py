@@ -14,8 +14,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from vectorize.target import Target
 from vectorize.errors import user_location
+from vectorize.target import Target
 
 
 @dataclasses.dataclass
