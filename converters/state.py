@@ -26,8 +26,9 @@ loop of the body) is a `ConversionError` naming the user's layer (name scope) an
 silent wrong result. The order is read from the body graph: ops are listed in program order,
 following the variable through `Identity`.
 
-Limits: the order is checked within one function body; reads and writes of one variable in
-two different functions called by the body are not ordered against each other. Inside a
+Limits: the order is checked within one function body; a variable read in one function of
+the body and written in another is refused before any converter runs
+(`whole_body_loop.unordered_state`: the whole body runs as a loop). Inside a
 conditional or loop converted with masks (under XLA; a loop carrying a TensorArray), where
 dead lanes run too, additions, assertions and prints take the live lanes only
 (`ctx.live_lanes`). An `Assign` inside any conditional or loop that only some iterations

@@ -27,6 +27,7 @@ from vectorize import walker
 from vectorize import whole_body_loop
 from vectorize.config import PForConfig
 from vectorize.context import Context, Report
+from vectorize.errors import ConversionError
 from vectorize.target import Target
 from vectorize.values import invariant, stack, stacked
 
@@ -119,10 +120,11 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
                      "parallel_iterations.")
   with tf.name_scope("pfor"):
     with dims.ints():
-      refusal = (fallback_allowed and body.config is None and
-                 whole_body_loop.writes_variables(body.graph) and
-                 whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
-                     n, static_n, fallback_allowed, Report(warn=False)))))
+      refusal = _unordered_state(body, fallback_allowed) or (
+          fallback_allowed and body.config is None and
+          whole_body_loop.writes_variables(body.graph) and
+          whole_body_loop.refuses_state(lambda: body.convert(whole_loop_context(
+              n, static_n, fallback_allowed, Report(warn=False)))))
     if refusal:   # runs loop_fn again: the user's code, with the user's kind of dims
       with dims.ints():
         flags = whole_body_loop.ragged_outputs(lambda: body.convert(whole_loop_context(
@@ -131,6 +133,24 @@ def vectorize_loop(loop_fn, n, static_n, fallback_allowed, chunk_size=None, warn
                                               Target.for_this_graph(), flags)
     with dims.ints():
       return _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report)
+
+
+def _unordered_state(body, fallback_allowed):
+  """The refusal of a body whose state's order is in no one graph (`whole_body_loop.
+  unordered_state`): the whole body then runs as a loop, or, where it cannot (the fallback
+  is off, or the body takes a pfor_config), a ConversionError."""
+  if not whole_body_loop.writes_variables(body.graph):
+    return None
+  reason = whole_body_loop.unordered_state(body.graph)
+  if reason is None:
+    return None
+  message = f"Cannot vectorize the loop body: a stateful op cannot be vectorized when {reason}."
+  if not fallback_allowed or body.config is not None:
+    raise ConversionError(
+        f"{message} To fix: read and write the variable in the same function (outside the "
+        "tf.cond or tf.function), update it outside the loop (return per-iteration values), "
+        "or enable fallback_to_while_loop to run the body as a sequential loop.")
+  return message
 
 
 def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):

@@ -18,7 +18,7 @@ from vectorize import kinds
 from vectorize import op_types
 from vectorize import ragged
 from vectorize import trace as trace_module
-from vectorize.errors import ConversionError, Unvectorizable
+from vectorize.errors import ConversionError, Unvectorizable, user_location
 
 def resource_users(resource):
   """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
@@ -52,6 +52,31 @@ def reads_and_writes(users):
   changes = [o for o in users
              if o.type not in op_types.RESOURCE_READS and o.type not in op_types.CALLS]
   return any(o.type in op_types.RESOURCE_READS for o in users) and bool(changes)
+
+
+# Ops that read a resource's value (not its shape or whether it is initialized).
+_VALUE_READS = op_types.RESOURCE_READS - {"VariableShape", "VarIsInitializedOp"}
+
+
+def unordered_state(graph):
+  """Why the body's state has no vectorized form that its converters could see, or None:
+  it reads a variable (or table) in one function of the body (a branch, a loop's body, a
+  called `tf.function`) and writes it in another. A sequential loop orders such a read after
+  the earlier iterations' writes, and that order is in no one graph, where the converters
+  order a variable's accesses."""
+  handles = [t for t in graph.inputs if t.dtype == tf.resource]
+  handles += [o.outputs[0] for o in graph.get_operations() if o.type == "VarHandleOp"]
+  for handle in handles:
+    users = resource_users(handle)
+    writes = [o for o in users if op_types.is_variable_write(o)]
+    for read in (o for o in users if o.type in _VALUE_READS):
+      write = next((w for w in writes if w.graph is not read.graph), None)
+      if write is not None:
+        return (f"the body reads a variable ({read.type} {read.name!r}{user_location(read)}) "
+                f"in one function and writes it in another ({write.type} {write.name!r}"
+                f"{user_location(write)}: a branch, a loop's body or a called tf.function), "
+                "so each iteration of a sequential loop reads what the earlier ones wrote")
+  return None
 
 
 # Under XLA with a static n up to this, the whole body runs unrolled (`_unrolled`).
