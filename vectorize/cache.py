@@ -3,7 +3,10 @@
 An eager pfor (and each eager helper) wraps its whole conversion in a `tf.function`, kept
 here so that calling it again neither traces nor converts again. The key is the body's code
 and what it closes over: user functions recursively, tensors and other objects by identity
-(held alive, so an id cannot be reused), numbers and strings by value.
+(held alive, so an id cannot be reused), numbers and strings by value, and what a body
+reaches through containers and its own objects by their contents (a bound method's
+`self.scale`, a closure's `params["scale"]`, a few levels deep), so rebinding an attribute
+or an entry converts anew too, as the loop would read the new tensor.
 
 One recipe serves every eager entry point (`eager_call`): the key is (the entry's name, the
 user function's `callable_key`, what else the conversion depends on), plus the options the
@@ -93,10 +96,10 @@ def callable_key(fn, seen=frozenset()):
   if python_function is not None:
     return ("tf.function", Identity(fn), callable_key(python_function, seen))
   if isinstance(fn, types.MethodType):
-    return ("method", Identity(fn.__self__), callable_key(fn.__func__, seen))
+    return ("method", _value_key(fn.__self__, seen), callable_key(fn.__func__, seen))
   code = getattr(fn, "__code__", None)
   if code is None or id(fn) in seen:
-    return ("object", Identity(fn))
+    return ("object", _value_key(fn, seen))
   seen = seen | {id(fn)}
   closure = tuple(_value_key(_cell_contents(c), seen) for c in fn.__closure__ or ())
   defaults = tuple(_value_key(d, seen) for d in fn.__defaults__ or ())
@@ -105,14 +108,52 @@ def callable_key(fn, seen=frozenset()):
   return ("function", code, closure, defaults, globals_)
 
 
-def _value_key(value, seen):
+# How deep the key follows containers and user objects, and the most entries it reads of
+# one (beyond that, the container is keyed by identity alone).
+_CONTENT_DEPTH = 3
+_CONTENT_ENTRIES = 256
+
+
+def _value_key(value, seen, depth=0):
   if isinstance(value, (types.ModuleType, type)) or value is None:
     return value
   if isinstance(value, (numbers.Number, str, bytes, tf.DType)):
     return (type(value), value)
   if callable(value) and hasattr(value, "__code__") and not _is_library_function(value):
     return callable_key(value, seen)
-  return Identity(value)
+  contents = _contents(value) if depth < _CONTENT_DEPTH and id(value) not in seen else None
+  if contents is None:
+    return Identity(value)
+  inner = seen | {id(value)}
+  return (Identity(value), tuple((_value_key(k, inner, depth + 1),
+                                  _value_key(v, inner, depth + 1)) for k, v in contents))
+
+
+def _contents(value):
+  """(key, entry) pairs of a list, tuple, dict or user object (its attributes), which a
+  body may read a tensor through; None for anything else, or a container too long."""
+  if type(value) in (list, tuple):
+    pairs = list(enumerate(value))
+  elif type(value) is dict:
+    pairs = list(value.items())
+  elif hasattr(value, "__dict__") and not _is_library_object(value):
+    pairs = list(vars(value).items())
+    if any(_is_library_class(c) for c in type(value).__mro__[1:]):   # a Keras model's own
+      pairs = [(k, v) for k, v in pairs if not k.startswith("_")]   # bookkeeping left out
+  else:
+    return None
+  return pairs if len(pairs) <= _CONTENT_ENTRIES else None
+
+
+def _is_library_class(cls):
+  return (cls.__module__ or "").split(".")[0] in _LIBRARY_PREFIXES
+
+
+def _is_library_object(value):
+  """An object of TensorFlow, Keras, numpy or vectorize (a layer, a model, a tensor): keyed
+  by identity, its state being in variables or managed by its library."""
+  module = type(value).__module__ or ""
+  return module.split(".")[0] in _LIBRARY_PREFIXES or callable(getattr(value, "numpy", None))
 
 
 _LIBRARY_PREFIXES = ("tensorflow", "keras", "tf_keras", "numpy", "vectorize", "converters")
