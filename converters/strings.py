@@ -46,8 +46,14 @@ def broadcast_to_output(op, keep_scalars=True):
       per_iteration if isinstance(per_iteration, tf.Tensor)
       else tf.constant(per_iteration, tf.int32), op.ctx.n)
   aligned = values.align_ranks(inputs)
-  return [t if keep_scalars and _is_invariant_scalar(v) else tf.broadcast_to(t, full_shape)
-          for v, t in zip(inputs, aligned)]
+  out = [t if keep_scalars and _is_invariant_scalar(v) else tf.broadcast_to(t, full_shape)
+         for v, t in zip(inputs, aligned)]
+  # One static shape for all: a kernel's shape check (Substr's) wants `[5]` and `[?]` equal.
+  broadcast = [t for v, t in zip(inputs, out) if not (keep_scalars and _is_invariant_scalar(v))]
+  common = functools.reduce(lambda a, b: a.merge_with(b), [t.shape for t in broadcast])
+  for t in broadcast:
+    t.set_shape(common)
+  return out
 
 
 @register("StringJoin")

@@ -29,3 +29,31 @@ def test_unsorted_segment_join_with_an_id_past_num_segments_is_an_error_not_a_ne
   with pytest.raises(tf.errors.InvalidArgumentError, match="segment_ids"):
     vectorize.pfor(lambda i: tf.strings.unsorted_segment_join(words[i], ids[i], 2), 2,
                    fallback_to_while_loop=False)
+
+
+_SENTENCES = tf.constant(["the cat sat", "zz", "a bb ccc dddd e", "hello", "x  y"])
+_LENGTHS = tf.constant([3, 0, 2, 1, 2])
+
+
+def _substr_in_a_loop(i):
+  def step(k, acc):
+    return k + 1, tf.strings.join([acc, tf.strings.substr(_SENTENCES[i], k, 2)])
+  return tf.while_loop(lambda k, a: k < _LENGTHS[i], step, (0, tf.constant("")))[1]
+
+
+def _substr_in_a_branch(i):
+  return tf.cond(_LENGTHS[i] > 1, lambda: tf.strings.substr(_SENTENCES[i], _LENGTHS[i] - 1, 2),
+                 lambda: _SENTENCES[i])
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("body", [_substr_in_a_loop, _substr_in_a_branch],
+                         ids=lambda f: f.__name__)
+def test_substr_of_a_per_iteration_position_where_n_is_not_static(body, static):
+  """Code-blind round 10: inside a loop of per-iteration trips (or a branch under static
+  shapes) `pos` was broadcast to `[5]` and `len` to `[?]`, which Substr's shape check
+  refused with TensorFlow's error."""
+  expected = [body(tf.constant(k)).numpy() for k in range(5)]
+  with vectorize.static_shapes(static):
+    got = vectorize.pfor(body, 5, fallback_to_while_loop=False)
+  assert list(got.numpy()) == expected
