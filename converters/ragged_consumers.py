@@ -17,7 +17,7 @@ from vectorize import indexing
 from vectorize import ragged
 from vectorize import registry
 from vectorize import values
-from vectorize.errors import Unvectorizable
+from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import ELEMENTWISE
 from vectorize.values import invariant, stacked
 
@@ -749,7 +749,10 @@ def _convert_sparse_to_dense(op):
   rest = tf.reduce_max(tf.concat([tf.zeros([1, tf.shape(shapes)[1] - 1], tf.int32),
                                   shapes[:, 1:]], 0), 0)
   agree = tf.debugging.Assert(tf.reduce_all(tf.equal(shapes[:, 1:], rest)), [
-      f"vectorize: {op.op.name}: dense shapes that differ per iteration past their first axis"])
+      f"vectorize: {op.op.name}{user_location(op.op)}: the dense shapes differ per iteration "
+      "past their first axis, which pfor cannot stack (only a first axis may differ). To fix: "
+      "give that axis one size in every iteration (tf.sparse.reset_shape to a bound), or "
+      "flatten the value so that its first axis varies (tf.reshape(x, [-1]))"])
   out = ragged.RaggedRows(tf.zeros([0], default.dtype), shapes[:, 0])
   with tf.control_dependencies([agree]):
     flat = tf.fill(tf.concat([[tf.reduce_sum(out.row_lengths)], rest], 0), default)

@@ -73,6 +73,8 @@ def trace_loop_body(loop_fn):
   """`loop_fn(i)` (or `loop_fn(i, pfor_config)`) traced for a scalar int32 loop index."""
   config = PForConfig() if wants_config(loop_fn) else None
   name = f"loop_fn {getattr(loop_fn, '__name__', type(loop_fn).__name__)}"
+  if config is None:
+    _check_one_required_argument(loop_fn, name)
   extra = (config,) if config is not None else ()
   with options.masked_control_flow():      # for a pfor inside the body: see there
     return LoopBody(trace_module.trace(loop_fn, [LOOP_INDEX], extra, name), config,
@@ -241,6 +243,23 @@ def _convert_in_static_chunks(body, n, chunk_size, fallback_allowed, report):
     flat = [tf.concat([f, o], 0) for f, o in zip(flat, outs)]
     done += operations
   return flat, [tf.group(done)] * len(body.traced.markers)
+
+
+def _check_one_required_argument(loop_fn, name):
+  """A clear TypeError for a body that needs more than the loop index: pfor passes a
+  PForConfig only to a parameter named `pfor_config` (as TensorFlow's pfor does)."""
+  try:
+    parameters = inspect.signature(getattr(loop_fn, "python_function", loop_fn)).parameters
+  except (TypeError, ValueError):
+    return
+  required = [p.name for p in parameters.values() if p.default is p.empty and
+              p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  if len(required) > 1:
+    raise TypeError(
+        f"{name} takes {len(required)} required arguments ({', '.join(required)}), and pfor "
+        "calls it with the loop index alone: it passes a PForConfig only to a parameter named "
+        f"pfor_config. To fix: rename {required[1]!r} to pfor_config, or give the other "
+        "arguments defaults.")
 
 
 def wants_config(loop_fn):
