@@ -71,8 +71,12 @@ def _lengths_check(rows, length):
       "vectorize: an elementwise op's operands differ in length in some iteration"])
 
 
-@ragged.register("AddN", "ClipByValue", "Equal", "LookupTableFindV2", "Mul", "NotEqual",
-                 "SelectV2")
+_ALSO_ELEMENTWISE = ("AddN", "ClipByValue", "Equal", "LookupTableFindV2", "Mul", "NotEqual",
+                     "SelectV2")   # op types outside the family, of the same ragged form
+
+
+@ragged.register(*_ALSO_ELEMENTWISE)
+@ragged.register_multi_axis(*_ALSO_ELEMENTWISE)
 @ELEMENTWISE.converts(registry.MULTI_AXIS)
 @ELEMENTWISE.converts(registry.RAGGED)
 def _convert_elementwise(op):

@@ -3,10 +3,11 @@
 An eager pfor (and each eager helper) wraps its whole conversion in a `tf.function`, kept
 here so that calling it again neither traces nor converts again. The key is the body's code
 and what it closes over: user functions recursively, tensors and other objects by identity
-(held alive, so an id cannot be reused), numbers and strings by value, and what a body
-reaches through containers and its own objects by their contents (a bound method's
-`self.scale`, a closure's `params["scale"]`, a few levels deep), so rebinding an attribute
-or an entry converts anew too, as the loop would read the new tensor.
+(held alive, so an id cannot be reused), numbers and strings by value, and the tensors
+(and variables, layers, functions) a body reaches through containers and its own objects
+(a bound method's `self.scale`, a closure's `params["scale"]`, a few levels deep), so
+rebinding such an attribute or entry converts anew too, as the loop would read the new
+tensor. Plain Python values inside containers are not in the key.
 
 One recipe serves every eager entry point (`eager_call`): the key is (the entry's name, the
 user function's `callable_key`, what else the conversion depends on), plus the options the
@@ -112,6 +113,7 @@ def callable_key(fn, seen=frozenset()):
 # one (beyond that, the container is keyed by identity alone).
 _CONTENT_DEPTH = 3
 _CONTENT_ENTRIES = 256
+_PLAIN = (numbers.Number, str, bytes, type(None))
 
 
 def _value_key(value, seen, depth=0):
@@ -124,9 +126,13 @@ def _value_key(value, seen, depth=0):
   contents = _contents(value) if depth < _CONTENT_DEPTH and id(value) not in seen else None
   if contents is None:
     return Identity(value)
+  # The entries a body may read a tensor, a variable, a layer or a function through; plain
+  # Python values in them are left out, so a list of counts or log lines the body appends
+  # to does not make a new key at every call (Python values are read at trace time).
   inner = seen | {id(value)}
   return (Identity(value), tuple((_value_key(k, inner, depth + 1),
-                                  _value_key(v, inner, depth + 1)) for k, v in contents))
+                                  _value_key(v, inner, depth + 1))
+                                 for k, v in contents if not isinstance(v, _PLAIN)))
 
 
 def _contents(value):

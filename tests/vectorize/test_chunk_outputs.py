@@ -62,18 +62,14 @@ def test_outputs_are_row_buffers_outside_xla_and_chunk_arrays_under_it():
   shape = tf.TensorShape([2, 3])
 
   @tf.function
-  def plain():
-    assert isinstance(chunk_outputs.for_output(tf.float32, shape, tf.constant(4), 2),
+  def places():
+    n = tf.constant(4)
+    assert isinstance(chunk_outputs.for_output(tf.float32, shape, n, 2, xla=False),
                       chunk_outputs.RowBuffer)
-    assert isinstance(chunk_outputs.for_output(tf.float32, tf.TensorShape([None]),
-                                               tf.constant(4), 2), chunk_outputs.ChunkArray)
-    return 0
-
-  @tf.function(jit_compile=True)
-  def compiled():
-    assert isinstance(chunk_outputs.for_output(tf.float32, shape, tf.constant(4), 2),
+    assert isinstance(chunk_outputs.for_output(tf.float32, tf.TensorShape([None]), n, 2,
+                                               xla=False), chunk_outputs.ChunkArray)
+    assert isinstance(chunk_outputs.for_output(tf.float32, shape, n, 2, xla=True),
                       chunk_outputs.ChunkArray)
     return 0
 
-  plain()
-  compiled()
+  places()

@@ -296,4 +296,5 @@ def _reshape_rows(rows, output, x):
 def _cached_function(tag, f, in_graph):
   """One `tf.function` of `in_graph` per (tag, f), shared by every call with that f; it runs
   as a graph even under `tf.config.run_functions_eagerly(True)`."""
-  return lambda x: cache.eager_call(tag, f, (), lambda: cache.body_function(in_graph), x)
+  # tf.function's own autograph converts `f` as it calls it (a Python loop over a tensor).
+  return lambda x: cache.eager_call(tag, f, (), lambda: tf.function(in_graph), x)
