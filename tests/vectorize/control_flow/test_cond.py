@@ -400,3 +400,26 @@ def test_plain_tf_gradient_of_a_cond_under_a_tape_under_xla():
       y = _tape_over_a_cond_reading_a_slice(x, i)
     return tape.gradient(y, x)
   grad(X10, tf.constant(1))
+
+
+def _fuzz_3670270(i):
+  a5 = tf.image.rot90(tf.zeros([3, 2, 3], tf.float32), 2)
+
+  def slices():
+    size = tf.shape(tf.zeros([3], tf.float32)[:i])[0]
+    return tf.tanh(a5) + tf.reduce_mean(tf.cast(size, tf.float32))
+
+  def loops():
+    _, c = tf.while_loop(lambda j, c: j < tf.math.floormod(i, 3) + 1, lambda j, c: (j + 1, c),
+                         (0, tf.zeros([3], tf.float32)), maximum_iterations=5)
+    return tf.tanh(a5) + tf.reduce_mean(c)
+
+  return tf.cond(tf.equal(tf.math.floormod(i, 2), 0), slices, loops)
+
+
+@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
+    "fuzz seed 3670270 (campaign 9), pre-existing (40c6b7a fails alike): at n = 1 the branch "
+    "no iteration takes still gathers row 0 of an empty value ('indices[0] = 0 is not in "
+    "[0, 0)', GatherV2 in pfor's graph); a loud run-time error, not a wrong answer"))
+def test_a_branch_no_iteration_takes_with_a_loop_at_n1():
+  testing.check_against_loop(_fuzz_3670270, 1, mode="eager")
