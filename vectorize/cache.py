@@ -99,7 +99,9 @@ def callable_key(fn, seen=frozenset()):
   if isinstance(fn, types.MethodType):
     return ("method", _value_key(fn.__self__, seen), callable_key(fn.__func__, seen))
   code = getattr(fn, "__code__", None)
-  if code is None or id(fn) in seen:
+  if id(fn) in seen:   # met again through its own closure (recursion)
+    return ("object", Identity(fn))
+  if code is None:     # a callable object: by its attributes (`_value_key`)
     return ("object", _value_key(fn, seen))
   seen = seen | {id(fn)}
   closure = tuple(_value_key(_cell_contents(c), seen) for c in fn.__closure__ or ())
