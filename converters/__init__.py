@@ -9,6 +9,7 @@ from converters import linalg
 from converters import nn
 from converters import parsing
 from converters import per_row
+from converters import ragged_arrays
 from converters import ragged_consumers
 from converters import ragged_layers
 from converters import ragged_images

@@ -35,7 +35,8 @@ from typing import NamedTuple, Optional
 import tensorflow as tf
 
 from vectorize import registry
-from vectorize.errors import ConversionError
+from vectorize import values
+from vectorize.errors import ConversionError, Unvectorizable
 from vectorize.values import Value
 
 
@@ -268,6 +269,29 @@ def from_ragged_tensor(rt):
     raise ValueError(f"vectorize takes RaggedTensors of ragged rank 1 as elems; got ragged "
                      f"rank {rt.ragged_rank}. To fix: pass rt.merge_dims or a dense tensor.")
   return RaggedRows(rt.values, tf.cast(rt.row_lengths(), tf.int32))
+
+
+def common_rows(op):
+  """The RaggedRows of op's ragged inputs, which must agree (checked at run time when they
+  are not the same tensors), and the checks to depend on."""
+  rows = [v.tensor for v in op.inputs if is_ragged(v)]
+  sizes = lambda r: r.row_lengths if r.dims is None else r.dims
+  checks = [tf.debugging.Assert(
+      tf.reduce_all(tf.equal(sizes(r), sizes(rows[0]))),
+      [f"vectorize: {op.op.name}: operands of different sizes in the same iteration"])
+            for r in rows[1:] if sizes(r) is not sizes(rows[0])]
+  if any((r.dims is None) != (rows[0].dims is None) for r in rows):
+    raise Unvectorizable("operands that differ per iteration in different axes")
+  if any(values.rank(r.values) != values.rank(rows[0].values) for r in rows):
+    raise Unvectorizable("ragged operands of different ranks")
+  return rows[0], checks
+
+
+def index_check(op, index, limit):
+  """An assertion that every gather index of op lies in [0, limit)."""
+  return tf.debugging.Assert(
+      tf.reduce_all(tf.logical_and(index >= 0, index < limit)),
+      [f"vectorize: {op.op.name}: a gather index out of range in some iteration"])
 
 
 # ----------------------------------------------------------------------------- converters
