@@ -422,6 +422,7 @@ def _invariant_loop(op, cond_graph, body, init, flags, reads, sums):
 
 
 _FACTOR_LISTS = (tf.TensorShape([]), tf.TensorShape([]))
+SUM_OVER_STEPS = "sum_of_products_over_steps"   # the name of the one product after the loop
 
 
 class _SumOfProducts:
@@ -450,9 +451,19 @@ class _SumOfProducts:
         handle, t.dtype, element_shape=tf.concat(
             [tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0))
             for handle, t in zip(lists_, self.factors)]         # [steps, n] + factor shape
-    a = "tnqp" if self.product.get_attr("transpose_a") else "tnpq"
-    b = "tnrq" if self.product.get_attr("transpose_b") else "tnqr"
-    return stack(initial, ctx.n) + tf.einsum(f"{a},{b}->npr", *rows)
+    left = _steps_end_to_end(rows[0], contracted_last=not self.product.get_attr("transpose_a"))
+    right = _steps_end_to_end(rows[1], contracted_last=self.product.get_attr("transpose_b"))
+    return stack(initial, ctx.n) + tf.matmul(left, right, transpose_a=True,
+                                               name=SUM_OVER_STEPS)
+
+
+def _steps_end_to_end(rows, contracted_last):
+  """[steps, n, x, y] factors -> [n, steps * q, m], the contracted axis q (y if
+  `contracted_last`, else x) laid end to end over the steps, m the kept one: the sum over
+  steps is then one batch matmul (an einsum of the 4-d factors ran 2-3x slower on CPU)."""
+  perm = [1, 0, 3, 2] if contracted_last else [1, 0, 2, 3]
+  rows = tf.transpose(rows, perm)
+  return tf.reshape(rows, tf.concat([tf.shape(rows)[:1], [-1], tf.shape(rows)[3:]], 0))
 
 
 def _sums_of_products(op, cond_graph, body, flags, reads):
