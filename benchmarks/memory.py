@@ -1,12 +1,16 @@
-"""Peak memory of a form, each form in its own process (a process's peak cannot be reset, and
-forms sharing one would inherit each other's high-water marks and caches).
+"""Peak memory of a form, each form in its own process (forms sharing one would inherit each
+other's high-water marks and caches).
 
   python -m benchmarks.memory --workloads=per_example_convnet --batch=128  # every form
   python -m benchmarks.memory --chunking      # parallel_iterations bounding memory
 
 A child process builds the workload, notes its resident memory, calls the form twice (first
 call and a steady one) and reports its peak resident memory above that baseline: what the
-form's tracing, conversion and run add, outputs included. `--chunking` measures per-example
+form's tracing, conversion and run add, outputs included (`peak_mb`); and a steady call's
+peak of TensorFlow's CPU allocator, the tensors it holds at once (`step_peak_mb`: weights,
+optimizer state, activations, temporaries), and that peak above what was held before the
+call (`step_above_held_mb`). A process's resident peak is no measure of a steady call: the
+allocator keeps the first call's pages. `--chunking` measures per-example
 convnet gradients and a VGG jacobian at batch 1,024, unchunked and in chunks of
 `parallel_iterations` (`chunking_form`).
 """
@@ -34,6 +38,7 @@ FLAGS = flags.FLAGS
 
 TIMEOUT_S = 900
 CHUNKING = "chunking"   # the pseudo-workload of --chunking
+PRIVATE = "private:"    # pseudo-workloads "private:<model>": private_forms.py's DP-SGD steps
 
 
 def _status_mb(field):
@@ -97,6 +102,9 @@ def _child(name, form, batch, jit):
   if name.startswith(CHUNKING):
     kind, chunk = form.split(":")
     fn = chunking_form(kind, batch, int(chunk) or None)
+  elif name.startswith(PRIVATE):
+    from benchmarks import private_forms  # pylint: disable=g-import-not-at-top
+    fn = private_forms.build(name[len(PRIVATE):], batch, only=form)[form]
   else:
     (workload,) = [w for w in workloads.ALL if w.name == name]
     fn = workload.build(batch, jit)[form]
@@ -111,11 +119,16 @@ def _child(name, form, batch, jit):
   start = time.perf_counter()
   call()
   first = time.perf_counter() - start
+  peak = _peak_mb() - baseline
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  held = tf.config.experimental.get_memory_info("CPU:0")["current"]
   start = time.perf_counter()
   call()
   steady = time.perf_counter() - start
-  print(json.dumps({"peak_mb": _peak_mb() - baseline, "baseline_mb": baseline,
-                    "first_s": first, "steady_s": steady}), flush=True)
+  step_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+  print(json.dumps({"peak_mb": peak, "baseline_mb": baseline, "first_s": first,
+                    "steady_s": steady, "step_peak_mb": step_peak / 2**20,
+                    "step_above_held_mb": (step_peak - held) / 2**20}), flush=True)
 
 
 def measure(name, form, batch, jit=False):

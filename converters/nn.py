@@ -167,7 +167,12 @@ class _Window(NamedTuple):
 
 def _window(op):
   """(channels_first, _Window) from a convolution op's attrs."""
-  fmt = op.attr("data_format").decode()
+  return window_of(op.op)
+
+
+def window_of(node):
+  """(channels_first, _Window) of a convolution `tf.Operation` (or its gradient's)."""
+  fmt = node.get_attr("data_format").decode()
   channels_first = fmt.startswith("NC")
   num_spatial = len(fmt) - 2
 
@@ -175,14 +180,16 @@ def _window(op):
     values = list(values)
     return tuple(values[2:] if channels_first else values[1:-1])
 
-  attrs = op.op.node_def.attr
-  dilations = spatial(op.attr("dilations")) if "dilations" in attrs else (1,) * num_spatial
-  padding = op.attr("padding").decode()
+  attrs = node.node_def.attr
+  dilations = spatial(node.get_attr("dilations")) if "dilations" in attrs else \
+      (1,) * num_spatial
+  padding = node.get_attr("padding").decode()
   explicit = ()
   if padding == "EXPLICIT":
-    pads = list(op.attr("explicit_paddings"))
+    pads = list(node.get_attr("explicit_paddings"))
     explicit = spatial([(pads[2 * k], pads[2 * k + 1]) for k in range(len(fmt))])
-  return channels_first, _Window(spatial(op.attr("strides")), dilations, padding, explicit)
+  return channels_first, _Window(spatial(node.get_attr("strides")), dilations, padding,
+                                 explicit)
 
 
 def _window_attrs(op, window):
@@ -272,17 +279,28 @@ def _conv_both_stacked(x, f, window):
 
 def _filter_gradient_both_stacked(x, dy, sizes, window):
   """Per-iteration filter gradients of stacked x `[n, b, *spatial, c]` and dy
-  `[n, b, *out, k]`: one batch matmul per filter tap, its input pixels against dy,
-  `[n, b*o, c]^T x [n, b*o, k] -> [n, c, k]`, stacked into `[n, *ksize, c, k]`. (One matmul
-  of all taps' patches first copies the input prod(ksize) times: 1.5-2x the time on CPU.)"""
-  n, b = dynamic_shape(x)[:2]
+  `[n, b, *out, k]`: `filter_gradient_taps`, stacked into `[n, *ksize, c, k]`."""
   ksize = _static_ints(sizes[:-2], "the filter's spatial size")
-  taps, _ = _taps(merge_leading(x), ksize, window)  # each [n*b, *out, c]
+  grads = filter_gradient_taps(x, dy, ksize, window)
+  return reshape(graph_io.pack(grads, 1), dynamic_shape(x)[:1] + list(sizes))
+
+
+def filter_gradient_taps(x, dy, ksize, window):
+  """Per-iteration filter gradients of stacked x `[n, b, *spatial, c]` and dy
+  `[n, b, *out, k]`, one `[n, c, k]` per filter tap (in the filter's order): one batch
+  matmul per tap, its input pixels against dy, `[n, b*o, c]^T x [n, b*o, k]`. (One matmul
+  of all taps' patches first copies the input prod(ksize) times: 1.5-2x the time on CPU.)"""
   dy_shape = dynamic_shape(dy)
-  m = b * product(dy_shape[2:-1])
-  dy = reshape(dy, [n, m, dy_shape[-1]])
-  grads = [tf.matmul(reshape(t, [n, m, sizes[-2]]), dy, transpose_a=True) for t in taps]
-  return reshape(graph_io.pack(grads, 1), [n] + list(sizes))
+  dy = reshape(dy, [dy_shape[0], product(dy_shape[1:-1]), dy_shape[-1]])
+  return [tf.matmul(t, dy, transpose_a=True) for t in tap_pixels(x, ksize, window)]
+
+
+def tap_pixels(x, ksize, window):
+  """The input pixels each filter tap meets, per iteration: stacked x `[n, b, *spatial, c]`
+  -> one `[n, b*o, c]` per tap (o output positions, in output order)."""
+  n, b = dynamic_shape(x)[:2]
+  taps, out = _taps(merge_leading(x), ksize, window)  # each [n*b, *out, c]
+  return [reshape(t, [n, b * product(out), dynamic_shape(x)[-1]]) for t in taps]
 
 
 def _dilate(x, axis, stride):

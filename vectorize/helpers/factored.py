@@ -22,10 +22,14 @@ returned per example, as `per_example_gradients` does. Nothing here knows a laye
 import numpy as np
 import tensorflow as tf
 
+from converters import nn
+
 # Ops that pass a gradient through without changing its values or their order.
 _PASS_THROUGH = ("Identity", "Reshape")
 _REAL = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 _BATCH_MATMULS = ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+_FILTER_GRADIENTS = {"Conv2DBackpropFilter": tf.raw_ops.Conv2DBackpropFilter,
+                     "Conv3DBackpropFilterV2": tf.raw_ops.Conv3DBackpropFilterV2}
 
 
 class Term:
@@ -99,6 +103,48 @@ class Rows(Term):
     return tf.reshape(total, self.shape)
 
 
+class Convolution(Term):
+  """g = a convolution's filter gradient per example, from its input x `[b, *spatial, c]`
+  and output gradient dy `[b, *out, k]` (a Conv1D/2D/3D layer's kernel): a sum over output
+  positions of patch-by-dy products. The clipped sum is the same filter-gradient op on all
+  examples with clip-weighted dy (the non-private step's own op); the norms come per filter
+  tap (one `[n, c, k]` product at a time, squared and summed: no `[n] + filter` tensor), or
+  from the Gram matrices of the positions where those are cheaper (few positions)."""
+
+  def __init__(self, x, dy, op, sizes, shape):
+    super().__init__([x, dy], shape)
+    self.op, self.sizes, self.ksize = op, sizes, sizes[:-2]   # sizes: the op's filter shape
+    _, self.window = nn.window_of(op)
+
+  def squared_norms(self, stacked):
+    x, dy = _dense(stacked)
+    c, k = x.shape[-1], dy.shape[-1]
+    taps = int(np.prod(self.ksize))
+    positions = dy.shape[1:-1].num_elements()
+    if positions is not None and positions * (taps * c + k) < taps * c * k:
+      return self._gram_norms(x, dy)
+    products = nn.filter_gradient_taps(x, dy, self.ksize, self.window)
+    return tf.add_n([_sum_of_squares(p, [1, 2]) for p in products])
+
+  def _gram_norms(self, x, dy):
+    """sum_pq (sum_t X_t X_t^T)_pq (D D^T)_pq, X_t [positions, c] the pixels tap t meets."""
+    gram_x = tf.add_n([_gram(t) for t in nn.tap_pixels(x, self.ksize, self.window)])
+    dy = tf.reshape(dy, [tf.shape(dy)[0], dy.shape[1:-1].num_elements(), dy.shape[-1]])
+    return _gram_product(gram_x, _gram(dy))
+
+  def clipped_sum(self, stacked, weights):
+    x, dy = _dense(stacked)
+    dy = dy * tf.reshape(tf.cast(weights, dy.dtype), [-1] + [1] * (dy.shape.rank - 1))
+    attrs = {name: self.op.get_attr(name) for name in ("strides", "padding", "data_format",
+                                                       "dilations")}
+    if "explicit_paddings" in self.op.node_def.attr:
+      attrs["explicit_paddings"] = self.op.get_attr("explicit_paddings")
+    total = _FILTER_GRADIENTS[self.op.type](
+        input=_merge_leading(x), filter_sizes=tf.constant(self.sizes, tf.int32),
+        out_backprop=_merge_leading(dy), **attrs)
+    return tf.reshape(total, self.shape)
+
+
 def decompose(grad, shape):
   """The `Term` of one example's gradient `grad` (a body tensor, `IndexedSlices` or None)
   of a variable of static `shape`; None for None."""
@@ -121,6 +167,10 @@ def decompose(grad, shape):
       term = _summed_batch_contraction(op, shape)
       if term is not None:
         return term
+    if op.type in _FILTER_GRADIENTS:
+      term = _convolution(op, shape)
+      if term is not None:
+        return term
     if op.type == "UnsortedSegmentSum":
       term = _rows(op.inputs[0], op.inputs[1], shape)
       if term is not None:
@@ -137,6 +187,26 @@ def _contraction(op, shape):
   positions, width = left.shape[0], left.shape[1] * right.shape[1]
   gram = positions is None or positions * (left.shape[1] + right.shape[1]) <= width
   return Contraction(left, right, shape, gram)
+
+
+def _convolution(op, shape):
+  """A `Convolution` term for a channels-last filter gradient of static geometry whose
+  filter has the input's channels (no groups) and is bigger than the example's input and
+  output gradient together, else None.
+
+  A filter no bigger than those is computed per example (a `Whole` term): its `[n] +
+  filter` stack holds no more than the activations the step holds anyway, and on CPU the
+  per-example gradients then give the clipped sum for less than the batched filter-gradient
+  op (the convnet's first layer, a ResNet's wide early stages)."""
+  x, sizes, dy = op.inputs
+  sizes = op.outputs[0].shape.as_list() if op.outputs[0].shape.is_fully_defined() else \
+      tf.get_static_value(sizes)   # the filter's shape (a Shape op of the filter's read)
+  if (sizes is None or op.get_attr("data_format").decode().startswith("NC") or
+      int(np.prod(sizes)) != shape.num_elements() or not x.shape[1:].is_fully_defined() or
+      not dy.shape[1:].is_fully_defined() or x.shape[-1] != sizes[-2] or
+      shape.num_elements() <= x.shape[1:].num_elements() + dy.shape[1:].num_elements()):
+    return None
+  return Convolution(x, dy, op, [int(s) for s in sizes], shape)
 
 
 def _summed_batch_contraction(op, shape):

@@ -84,6 +84,13 @@ MODELS = {
                                keras.layers.DepthwiseConv2D(2),
                                keras.layers.Flatten(), keras.layers.Dense(3)], (8, 8, 2)),
                        _normal([B, 8, 8, 2])),
+    "conv_few_positions": lambda: (_built([keras.layers.Conv2D(6, 3, padding="same"),
+                                           keras.layers.Conv2D(8, 2, strides=2),
+                                           keras.layers.Flatten(), keras.layers.Dense(3)],
+                                          (4, 4, 5)), _normal([B, 4, 4, 5])),  # Gram norms
+    "conv3d": lambda: (_built([keras.layers.Conv3D(2, 2, padding="same"),
+                               keras.layers.Flatten(), keras.layers.Dense(3)], (3, 4, 3, 2)),
+                       _normal([B, 3, 4, 3, 2])),
     "embedding": lambda: (_built([keras.layers.Embedding(11, 4),
                                   keras.layers.GlobalAveragePooling1D(),
                                   keras.layers.Dense(3)], (6,)),
@@ -246,6 +253,43 @@ def test_factored_weights_have_no_per_example_gradient_in_the_graph():
       _classifier_loss(model), model, x, y))
   shapes = _all_shapes(materialized.get_concrete_function(x, tf.zeros([b], tf.int32)).graph)
   assert [s for s in shapes if s[1] == (b,) + tuple(factored[0].shape)]
+
+
+@pytest.mark.parametrize("mode", ["function", "runtime_batch", "xla"])
+def test_convolution_kernels_have_no_per_example_gradient_in_the_graph(mode):
+  """Conv1D/2D kernels bigger than their layer's input and output gradient (strides,
+  dilation, SAME/VALID; few positions: the Gram norms): norms per filter tap or from Gram
+  matrices, the clipped sum one filter-gradient op."""
+  b = 6
+  keras.utils.set_random_seed(6)
+  model = keras.Sequential([
+      keras.Input((7, 7, 8)), keras.layers.Conv2D(16, 3, strides=2, padding="same"),
+      keras.layers.Conv2D(16, 2, dilation_rate=2), keras.layers.Reshape((4, 16)),
+      keras.layers.Conv1D(12, 3, padding="same"), keras.layers.Conv1D(24, 2),
+      keras.layers.Flatten(), keras.layers.Dense(3)])
+  kernels = [v for v in model.trainable_variables if v.shape.rank >= 3]
+  assert len(kernels) == 4
+  x, y = _normal([b, 7, 7, 8]), tf.constant(RNG.integers(0, 3, [b]), tf.int32)
+
+  def run(x, y):
+    return vectorize.clipped_gradient_sum(_classifier_loss(model), model, x, y,
+                                          l2_norm_clip=0.2, return_norms=True,
+                                          fallback_to_while_loop=False)
+
+  signature = [tf.TensorSpec([None, 7, 7, 8]), tf.TensorSpec([None], tf.int32)]
+  fn = tf.function(run, jit_compile=mode == "xla",
+                   input_signature=signature if mode == "runtime_batch" else None)
+  sums, norms = fn(x, y)
+  _assert_matches(_classifier_loss(model), model.trainable_variables, (x, y), 0.2, sums, norms)
+  shapes = _all_shapes(fn.get_concrete_function(x, y).graph if mode != "runtime_batch"
+                       else fn.get_concrete_function().graph)
+  for v in kernels:
+    assert not [s for s in shapes if s[1][1:] == tuple(v.shape) and s[1][0] in (b, None)], \
+        v.name
+  for n in (0, 1):   # empty and one-example batches
+    sums, norms = fn(x[:n], y[:n])
+    _assert_matches(_classifier_loss(model), model.trainable_variables, (x[:n], y[:n]), 0.2,
+                    sums, norms)
 
 
 def test_bad_arguments_are_named():
