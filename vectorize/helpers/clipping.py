@@ -71,6 +71,24 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
   return result if len(result) > 1 else result[0]
 
 
+def per_example_gradient_norms(loss_fn, variables, *batch, fallback_to_while_loop=True):
+  """The `[b]` norms ||g_i|| of each example's gradient over all `variables` together, as
+  `clipped_gradient_sum(..., return_norms=True)` computes them (from the factors where the
+  graph allows), without the clipped sum. Arguments as in `clipped_gradient_sum`."""
+  _, flat_vars, batch = per_example.checked_arguments(variables, batch,
+                                                      "per_example_gradient_norms")
+
+  def run(batch):
+    return _clipped_sum_in_graph(loss_fn, flat_vars, batch, None, False,
+                                 fallback_to_while_loop)[1]
+
+  if tf.executing_eagerly():
+    key = (tuple(cache.Identity(v) for v in flat_vars), fallback_to_while_loop)
+    return cache.eager_call("per_example_gradient_norms", loss_fn, key,
+                            lambda: cache.body_function(run), batch)
+  return run(batch)
+
+
 def _as_float64(number_or_tensor):
   """The clip bound as a float64 tensor (cast to the norms' dtype inside): `tf.cast` of a
   Python float would round it to float32 first."""
@@ -99,6 +117,8 @@ def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux, fallback):
   dtype = tf.float64 if any(q.dtype == tf.float64 for q in squared) else tf.float32
   norms = tf.sqrt(tf.add_n([tf.cast(q, dtype) for q in squared])) if squared else \
       tf.zeros([n], dtype)
+  if clip is None:   # the norms only
+    return None, norms, aux
   clip = tf.cast(clip, dtype)
   weights = clip / tf.maximum(norms, clip)   # min(1, C / norm), and 1 where the norm is 0
   sums = iter(t.clipped_sum(s, weights) for t, s in present)
