@@ -21,17 +21,17 @@ from benchmarks import models
 _CONVNET_KEYS = ("conv1", "bias1", "conv2", "bias2", "dense1", "bias3", "dense2", "bias4")
 
 
-def convnet(hidden=1024, seed=0):
+def convnet(hidden=1024, seed=0, keras_api=keras):
   """The MNIST convnet of `models.convnet_logits` as a Keras model with the same weights."""
-  model = keras.Sequential([
-      keras.Input([28, 28, 1]),
-      keras.layers.Conv2D(32, 5, padding="same", activation="relu"),
-      keras.layers.MaxPooling2D(2, padding="same"),
-      keras.layers.Conv2D(64, 5, padding="same", activation="relu"),
-      keras.layers.MaxPooling2D(2, padding="same"),
-      keras.layers.Flatten(),
-      keras.layers.Dense(hidden, activation="relu"),
-      keras.layers.Dense(10),
+  model = keras_api.Sequential([
+      keras_api.Input([28, 28, 1]),
+      keras_api.layers.Conv2D(32, 5, padding="same", activation="relu"),
+      keras_api.layers.MaxPooling2D(2, padding="same"),
+      keras_api.layers.Conv2D(64, 5, padding="same", activation="relu"),
+      keras_api.layers.MaxPooling2D(2, padding="same"),
+      keras_api.layers.Flatten(),
+      keras_api.layers.Dense(hidden, activation="relu"),
+      keras_api.layers.Dense(10),
   ])
   params = models.convnet_params(hidden=hidden, seed=seed)
   model.set_weights([params[k].numpy() for k in _CONVNET_KEYS])
@@ -48,17 +48,18 @@ def to_list(model, grads):
   return [grads[k] for k in _CONVNET_KEYS[:len(model.trainable_variables)]]
 
 
-def transformer(tokens=32, width=64, heads=4, hidden=128, classes=10, seed=0):
+def transformer(tokens=32, width=64, heads=4, hidden=128, classes=10, seed=0, keras_api=keras):
   """One encoder block over [tokens, width] inputs, then mean pooling and a Dense to logits."""
-  keras.utils.set_random_seed(seed)
-  x = inputs = keras.Input([tokens, width])
-  x = keras.layers.LayerNormalization(name="norm1")(
-      x + keras.layers.MultiHeadAttention(heads, width // heads, name="attention")(x, x))
-  ff = keras.layers.Dense(hidden, activation="relu", name="ff1")(x)
-  x = keras.layers.LayerNormalization(name="norm2")(x + keras.layers.Dense(width,
+  keras_api.utils.set_random_seed(seed)
+  x = inputs = keras_api.Input([tokens, width])
+  x = keras_api.layers.LayerNormalization(name="norm1")(
+      x + keras_api.layers.MultiHeadAttention(heads, width // heads, name="attention")(x, x))
+  ff = keras_api.layers.Dense(hidden, activation="relu", name="ff1")(x)
+  x = keras_api.layers.LayerNormalization(name="norm2")(x + keras_api.layers.Dense(width,
                                                                            name="ff2")(ff))
-  logits = keras.layers.Dense(classes, name="logits")(keras.layers.GlobalAveragePooling1D()(x))
-  model = keras.Model(inputs, logits)
+  pooled = keras_api.layers.GlobalAveragePooling1D()(x)
+  logits = keras_api.layers.Dense(classes, name="logits")(pooled)
+  model = keras_api.Model(inputs, logits)
   rng = np.random.default_rng(seed)   # biases and norms off their zeros/ones, so all count
   model.set_weights([w + 0.1 * rng.standard_normal(w.shape).astype(np.float32)
                      for w in model.get_weights()])

@@ -21,13 +21,14 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import memory
-from benchmarks.private_forms import build, forms_of, TF_PFOR_CRASHES
+from benchmarks.private_forms import build, CHECKED, forms_of, TF_PFOR_CRASHES
 
 flags.DEFINE_integer("rounds", 9, "timing rounds (each calls every form once)")
 flags.DEFINE_list("models", ["convnet", "lstm", "transformer", "resnet"], "models to run")
 flags.DEFINE_bool("xla", False, "compile every form with XLA")
 flags.DEFINE_bool("memory", False, "measure each form's peak memory instead of its time")
 FLAGS = flags.FLAGS
+
 
 def run_model(name):
   forms = {k: tf.function(f, jit_compile=FLAGS.xla) for k, f in build(name, FLAGS.batch).items()}
@@ -38,11 +39,12 @@ def run_model(name):
       out = fn()
       first[form] = [o.numpy() for o in out]
     except Exception as e:  # pylint: disable=broad-except
-      failed[form] = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+      lines = [l.strip() for l in str(e).splitlines() if l.strip()] or [""]
+      failed[form] = f"fails: {type(e).__name__}: {lines[-1][:120]}"
       del forms[form]
   reference = first.get("vectorize materialized")
   for form, sums in first.items():
-    if form == "non-private" or reference is None:
+    if form not in CHECKED or reference is None:
       continue
     scale = max(np.max(np.abs(r)) for r in reference)
     error = max(np.max(np.abs(s - r)) for s, r in zip(sums, reference)) / scale

@@ -162,7 +162,10 @@ def test_tf_privacys_dp_model_trains_fast_on_every_layer():
   if importlib.util.find_spec("tensorflow_privacy") is None:
     pytest.skip("TF Privacy is not installed (its pins exclude numpy 2: pip install "
                 "--no-deps tensorflow-privacy==0.9.0 to run this test)")
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(_DP_MODEL_SCRIPT))))
   done = subprocess.run([sys.executable, _DP_MODEL_SCRIPT], capture_output=True, text=True,
-                        timeout=600, check=False)
+                        timeout=600, check=False,
+                        env=dict(os.environ, PYTHONPATH=root + os.pathsep +
+                                 os.environ.get("PYTHONPATH", "")))
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.count("fast ok") == 4, done.stdout

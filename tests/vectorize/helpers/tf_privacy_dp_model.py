@@ -1,66 +1,25 @@
 """TF Privacy's DP Keras models with `vectorize.tf_privacy_layer_registry()`, end to end (run
 by test_tf_privacy.py in its own process: TF Privacy needs tf_keras, `TF_USE_LEGACY_KERAS`).
 
-TF Privacy 0.9.0 imports scikit-learn and tensorflow_estimator at its top level for modules
-this script does not use; where they are not installed they are stood in for by empty
-modules. Prints "<model> fast ok" for each model whose step took the fast path and equals
-`clipped_gradient_sum`'s clipped sum, divided by the batch size (SGD, learning rate 1, no
-noise).
+TF Privacy is imported as the benchmarks do (`benchmarks/tf_privacy_import.py`: stand-ins
+for the packages its `__init__` imports and these models do not use). Prints "<model> fast
+ok" for each model whose step took the fast path and equals `clipped_gradient_sum`'s clipped
+sum, divided by the batch size (SGD, learning rate 1, no noise).
 """
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
-import sys
-import types
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-
-class _Anything(type):
-  def __getattr__(cls, name):
-    if name.startswith("__"):
-      raise AttributeError(name)
-    return cls
-
-
-class _StandIn(types.ModuleType):
-  def __getattr__(self, name):
-    if name.startswith("__"):
-      raise AttributeError(name)
-    return _Anything("StandIn", (), {"__init__": lambda self, *a, **k: None})
-
-
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-  """Empty modules for the packages named, where they are not installed."""
-
-  def __init__(self, names):
-    self.names = [n for n in names if importlib.util.find_spec(n) is None]
-
-  def find_spec(self, name, path, target=None):
-    if name.split(".")[0] in self.names:
-      return importlib.machinery.ModuleSpec(name, self, is_package=True)
-    return None
-
-  def create_module(self, spec):
-    module = _StandIn(spec.name)
-    module.__path__ = []
-    return module
-
-  def exec_module(self, module):
-    pass
-
-
-sys.meta_path.insert(0, _StandIns(["tensorflow_estimator", "sklearn"]))
-
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 import tf_keras
-from tensorflow_privacy.privacy.keras_models import dp_keras_model
 
 import vectorize
+from benchmarks import tf_privacy_import
+
+dp_keras_model = tf_privacy_import.dp_keras_model()
 
 L = tf_keras.layers
 CLIP, BATCH = 0.5, 8
