@@ -208,7 +208,14 @@ def _window_attrs(op, window):
 
 def _taps(x, ksize, window):
   """`[B, *spatial, c]` -> one slice per filter tap (taps in a filter's order), each the
-  input pixels that tap meets, in output order, and the output's spatial size.
+  input pixels that tap meets, in output order, and the output's spatial size."""
+  tap, count, out = _tap_slicer(x, ksize, window)
+  return [tap(k) for k in range(count)], out
+
+
+def _tap_slicer(x, ksize, window):
+  """(tap, count, out): `tap(k)` emits the slice of filter tap k (see `_taps`), `count`
+  taps, `out` the output's spatial size.
 
   The input is padded, and each strided spatial dim split into `[q, stride]`, so every tap is
   one plain slice (strided slices are slow on CPU); a tap is then `[B, o, 1, ...]` in each
@@ -239,13 +246,15 @@ def _taps(x, ksize, window):
   for s, o in zip(window.strides, out):
     size += [o, 1] if s > 1 else [o]
   size = constant(size + [-1])
-  taps = []
-  for tap in np.ndindex(*ksize):
+  taps = list(np.ndindex(*ksize))
+
+  def tap(k):
     begin = [0]
-    for t, d, s in zip(tap, window.dilations, window.strides):
+    for t, d, s in zip(taps[k], window.dilations, window.strides):
       begin += [t * d // s, t * d % s] if s > 1 else [t * d]
-    taps.append(graph_io.slice_(x, begin + [0], size))
-  return taps, out
+    return graph_io.slice_(x, begin + [0], size)
+
+  return tap, len(taps), out
 
 
 def _patches(x, ksize, window):
@@ -289,18 +298,32 @@ def filter_gradient_taps(x, dy, ksize, window):
   """Per-iteration filter gradients of stacked x `[n, b, *spatial, c]` and dy
   `[n, b, *out, k]`, one `[n, c, k]` per filter tap (in the filter's order): one batch
   matmul per tap, its input pixels against dy, `[n, b*o, c]^T x [n, b*o, k]`. (One matmul
-  of all taps' patches first copies the input prod(ksize) times: 1.5-2x the time on CPU.)"""
+  of all taps' patches first copies the input prod(ksize) times: 1.5-2x the time on CPU.)
+  Each tap's pixels are cut after the tap before it is multiplied: cut all at once (the
+  executor runs every ready slice first), a layer's taps held prod(ksize) copies of its
+  input, 4x a ResNet step's peak memory."""
   dy_shape = dynamic_shape(dy)
   dy = reshape(dy, [dy_shape[0], product(dy_shape[1:-1]), dy_shape[-1]])
-  return [tf.matmul(t, dy, transpose_a=True) for t in tap_pixels(x, ksize, window)]
+  products = [dy]   # the padded input is made once dy is: not held from the forward pass on
+  for pixels in tap_pixels(x, ksize, window, after=products):
+    products.append(tf.matmul(pixels, dy, transpose_a=True))
+  return products[1:]
 
 
-def tap_pixels(x, ksize, window):
+def tap_pixels(x, ksize, window, after=None):
   """The input pixels each filter tap meets, per iteration: stacked x `[n, b, *spatial, c]`
-  -> one `[n, b*o, c]` per tap (o output positions, in output order)."""
+  -> one `[n, b*o, c]` per tap (o output positions, in output order), yielded in order. With
+  `after` (a list the caller appends each tap's result to), a tap is cut only once the
+  previous tap's result is computed (the first, and the padded input, once its last item is),
+so one tap's copy is held at a time."""
   n, b = dynamic_shape(x)[:2]
-  taps, out = _taps(merge_leading(x), ksize, window)  # each [n*b, *out, c]
-  return [reshape(t, [n, b * product(out), dynamic_shape(x)[-1]]) for t in taps]
+  channels = dynamic_shape(x)[-1]
+  with tf.control_dependencies(after[-1:] if after else []):
+    tap, count, out = _tap_slicer(merge_leading(x), ksize, window)  # each [n*b, *out, c]
+  for k in range(count):
+    with tf.control_dependencies(after[-1:] if after else []):
+      pixels = tap(k)
+    yield reshape(pixels, [n, b * product(out), channels])
 
 
 def _dilate(x, axis, stride):

@@ -128,9 +128,11 @@ class Convolution(Term):
 
   def _gram_norms(self, x, dy):
     """sum_pq (sum_t X_t X_t^T)_pq (D D^T)_pq, X_t [positions, c] the pixels tap t meets."""
-    gram_x = tf.add_n([_gram(t) for t in nn.tap_pixels(x, self.ksize, self.window)])
     dy = tf.reshape(dy, [tf.shape(dy)[0], dy.shape[1:-1].num_elements(), dy.shape[-1]])
-    return _gram_product(gram_x, _gram(dy))
+    grams = [dy]   # the taps are cut once dy is (see nn.tap_pixels)
+    for pixels in nn.tap_pixels(x, self.ksize, self.window, after=grams):
+      grams.append(_gram(pixels))
+    return _gram_product(tf.add_n(grams[1:]), _gram(dy))
 
   def clipped_sum(self, stacked, weights):
     x, dy = _dense(stacked)
