@@ -4,10 +4,10 @@ An eager pfor (and each eager helper) wraps its whole conversion in a `tf.functi
 here so that calling it again neither traces nor converts again. The key is the body's code
 and what it closes over: user functions recursively, tensors and other objects by identity
 (held alive, so an id cannot be reused), numbers and strings by value, and the tensors
-(and variables, layers, functions) a body reaches through containers and its own objects
-(a bound method's `self.scale`, a closure's `params["scale"]`, a few levels deep), so
-rebinding such an attribute or entry converts anew too, as the loop would read the new
-tensor. Plain Python values inside containers are not in the key.
+(and variables, layers, functions, and numbers and strings outside lists) a body reaches
+through containers and its own objects (a bound method's `self.scale`, a closure's
+`params["scale"]`, a few levels deep), so rebinding such an attribute or entry converts
+anew too, as the loop would read the new value.
 
 One recipe serves every eager entry point (`eager_call`): the key is (the entry's name, the
 user function's `callable_key`, what else the conversion depends on), plus the options the
@@ -35,10 +35,27 @@ _eager_cache = collections.OrderedDict()
 
 def eager_call(tag, user_fn, key, make, *args):
   """Calls the function cached under (`tag`, `user_fn`'s key, `key`) on `args`, made by
-  `make()` on a miss (`body_function` of the entry's graph code, most often)."""
-  graph_fn = cached((tag, callable_key(user_fn)) + tuple(key), make)
+  `make()` on a miss (`body_function` of the entry's graph code, most often).
+
+  A body that changes what it closes over while it is traced (a trace counter in a list, a
+  log it appends to) has another key after its trace: the function is cached under that
+  one too, so the next call finds it rather than tracing again, and again."""
+  full_key = (tag, callable_key(user_fn)) + tuple(key)
+  made = []
+  graph_fn = cached(full_key, lambda: made.append(1) or make())
+  traces = _tracing_count(graph_fn)
   with functions_traced():
-    return graph_fn(*args)
+    result = graph_fn(*args)
+  if made or _tracing_count(graph_fn) != traces:   # the body was traced
+    after = (tag, callable_key(user_fn)) + tuple(key)
+    if after != full_key:
+      cached(after, lambda: graph_fn)
+  return result
+
+
+def _tracing_count(fn):
+  count = getattr(fn, "experimental_get_tracing_count", None)
+  return count() if count is not None else None
 
 
 def body_function(run, **function_options):
@@ -128,13 +145,16 @@ def _value_key(value, seen, depth=0):
   contents = _contents(value) if depth < _CONTENT_DEPTH and id(value) not in seen else None
   if contents is None:
     return Identity(value)
-  # The entries a body may read a tensor, a variable, a layer or a function through; plain
-  # Python values in them are left out, so a list of counts or log lines the body appends
-  # to does not make a new key at every call (Python values are read at trace time).
+  # The entries a body may read a tensor, a variable, a layer, a function or a Python value
+  # through (a hyperparameter in a config dict or attribute: read at trace time, so a new
+  # value must convert anew, as the loop would read it). A list's plain Python entries are
+  # left out: a list is where a body keeps a log or a count of its calls, which grows with
+  # every call and would otherwise make a new key at each.
   inner = seen | {id(value)}
+  plain_too = type(value) is not list
   return (Identity(value), tuple((_value_key(k, inner, depth + 1),
                                   _value_key(v, inner, depth + 1))
-                                 for k, v in contents if not isinstance(v, _PLAIN)))
+                                 for k, v in contents if plain_too or not isinstance(v, _PLAIN)))
 
 
 def _contents(value):

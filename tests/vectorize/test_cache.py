@@ -123,3 +123,33 @@ def test_a_keras_models_public_attribute_rebound_converts_anew_and_nothing_else_
   assert next(traces) == count + 1   # the model's own bookkeeping (`_called`, ...): no new key
   model.scale = tf.constant(3.0)
   np.testing.assert_allclose(vectorize.pfor(body, 3), first * 1.5, rtol=1e-6)
+
+
+def test_a_python_number_in_a_dict_or_attribute_converts_anew():
+  """A hyperparameter a body reads from a config dict or an object's attribute at trace time
+  (code-blind round 11: a label-smoothing schedule was silently stale)."""
+  config = {"scale": 2.0}
+  holder = _Scale(3.0)
+  x = tf.constant([1.0, 2.0, 3.0])
+
+  def body(i):
+    return x[i] * config["scale"] + holder.factor
+
+  for scale, factor in ((2.0, 3.0), (5.0, 3.0), (5.0, -1.0)):
+    config["scale"], holder.factor = scale, factor
+    np.testing.assert_allclose(vectorize.pfor(body, 3), x.numpy() * scale + factor)
+
+
+def test_a_counter_the_body_changes_while_traced_does_not_retrace_every_call():
+  """A trace counter kept in a dict changes the key during the trace: the converted function
+  is found under the key after it, so the next calls trace nothing."""
+  stats = {"traces": 0}
+  x = tf.constant([1.0, 2.0, 3.0])
+
+  def body(i):
+    stats["traces"] += 1
+    return x[i] * 2.0
+
+  for _ in range(3):
+    np.testing.assert_allclose(vectorize.pfor(body, 3), x.numpy() * 2.0)
+  assert stats["traces"] == 1

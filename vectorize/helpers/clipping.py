@@ -10,6 +10,7 @@ and pfor keeps only the forward and backward ops those need. The norms and the c
 come from the stacked factors (see factored.py).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from vectorize import api
@@ -49,8 +50,7 @@ def clipped_gradient_sum(loss_fn, variables, *batch, l2_norm_clip, return_norms=
 
   Limits: as `per_example_gradients` (a layer that mixes examples sees a batch of one).
   """
-  if isinstance(l2_norm_clip, (int, float)) and not l2_norm_clip > 0:
-    raise ValueError(f"clipped_gradient_sum needs l2_norm_clip > 0, got {l2_norm_clip}.")
+  _check_positive(l2_norm_clip)
   structure, flat_vars, batch = per_example.checked_arguments(variables, batch,
                                                               "clipped_gradient_sum")
 
@@ -89,6 +89,27 @@ def per_example_gradient_norms(loss_fn, variables, *batch, fallback_to_while_loo
   return run(batch)
 
 
+_CLIP_MESSAGE = "clipped_gradient_sum needs l2_norm_clip > 0"
+
+
+def _check_positive(clip):
+  """A ValueError for a bound <= 0 known now (a number, an eager tensor), else None; a bound
+  known only at run time is checked there (`_asserted_positive`)."""
+  value = clip if isinstance(clip, (int, float)) else tf.get_static_value(clip)
+  if value is not None and not np.all(np.asarray(value) > 0):
+    raise ValueError(f"{_CLIP_MESSAGE}, got {value}: each example's clip factor "
+                     "min(1, C / norm) would be <= 0 (a zero or reversed step).")
+
+
+def _asserted_positive(clip):
+  """`clip`, checked to be > 0 when the graph runs (an InvalidArgumentError naming it);
+  under XLA, which drops assertions, a bound <= 0 gives NaN sums, never a reversed step."""
+  if tf.get_static_value(clip) is not None:
+    return clip
+  with tf.control_dependencies([tf.debugging.assert_positive(clip, message=_CLIP_MESSAGE)]):
+    return tf.where(clip > 0, clip, tf.constant(np.nan, clip.dtype))
+
+
 def _as_float64(number_or_tensor):
   """The clip bound as a float64 tensor (cast to the norms' dtype inside): `tf.cast` of a
   Python float would round it to float32 first."""
@@ -119,7 +140,7 @@ def _clipped_sum_in_graph(loss_fn, flat_vars, batch, clip, has_aux, fallback):
       tf.zeros([n], dtype)
   if clip is None:   # the norms only
     return None, norms, aux
-  clip = tf.cast(clip, dtype)
+  clip = tf.cast(_asserted_positive(clip), dtype)
   weights = clip / tf.maximum(norms, clip)   # min(1, C / norm), and 1 where the norm is 0
   sums = iter(t.clipped_sum(s, weights) for t, s in present)
   return [next(sums) if t is not None else None for t in terms["all"]], norms, aux

@@ -11,6 +11,9 @@ variables), so repeated calls with batches of the same shapes trace nothing; ins
 trace, a function definition and its own instantiation at the first call).
 """
 
+import numbers
+
+import numpy as np
 import tensorflow as tf
 
 from vectorize import api
@@ -101,8 +104,22 @@ def checked_arguments(variables, batch, who="per_example_gradients"):
 
 
 def dense_batch(batch, who="per_example_gradients"):
-  """The batch's leaves as tensors; a composite (ragged, sparse) is refused, naming the fix."""
+  """The batch's leaves as tensors; a composite (ragged, sparse) or a Python list of numbers
+  (which tf.nest reads as a structure of scalars) is refused, naming the fix."""
+  for k, element in enumerate(batch):
+    if isinstance(element, (list, tuple)) and element and all(
+        isinstance(e, (numbers.Number, np.generic)) for e in element):
+      raise ValueError(
+          f"{who}: batch element {k} is a Python {type(element).__name__} of numbers, "
+          "which tf.nest reads as a structure of scalars, none with a batch axis. Pass it "
+          "as one tensor: `np.asarray(...)` or `tf.constant(...)`.")
+
   def dense(t):
+    if isinstance(t, tf.SparseTensor):
+      raise TypeError(
+          f"{who} takes dense tensors as batch elements; got a SparseTensor. Pass "
+          "`tf.sparse.to_dense(x)` (zeros that loss_fn multiplies add nothing to the "
+          "gradient), or its indices and values as dense tensors padded per example.")
     if isinstance(t, tf.__internal__.CompositeTensor):
       raise TypeError(
           f"{who} takes dense tensors as batch elements; got a {type(t).__name__}. Pad "
@@ -115,10 +132,12 @@ def dense_batch(batch, who="per_example_gradients"):
 
 def batch_size(flat_batch, who="per_example_gradients"):
   """The shared leading dimension of the batch tensors: an int, or a scalar tensor."""
-  for t in flat_batch:
+  for k, t in enumerate(flat_batch):
     if t.shape.rank == 0:
-      raise ValueError(f"{who} needs a leading batch axis on every batch "
-                       f"element; got the scalar {t.name}.")
+      raise ValueError(f"{who} needs a leading batch axis on every batch element; "
+                       f"element {k} of the flattened batch is a scalar. Pass per-example "
+                       "values stacked on a first axis (a scalar shared by all examples "
+                       "belongs in loss_fn's closure).")
   static = {dims.leading(t) for t in flat_batch} - {None}
   if len(static) > 1:
     raise ValueError(f"{who} needs the same leading dimension in every "

@@ -60,6 +60,8 @@ class PrivateModel(keras.Model):
     if sample_weight is not None:
       raise ValueError("PrivateModel.fit takes no sample_weight or class_weight: a weighted "
                        "example has another sensitivity than C. Drop them, or resample.")
+    if not self.model.built:   # Keras builds a model on its first batch in fit; so does this
+      self.model(x, training=False)   # (unused outputs: pruned from the traced step)
     variables = self.trainable_variables
     # A LossScaleOptimizer (compile gives one under a mixed_float16 policy) divides what it
     # applies by its scale: the loss, the clip bound and the noise are scaled alike, as
