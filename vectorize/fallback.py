@@ -33,6 +33,14 @@ def run_sequentially(op, inputs, ctx):
   first dimension is unknown (and the rest known) may differ in size between iterations:
   its values are concatenated and it comes back ragged, with one row length per iteration.
   """
+  if op.type.startswith("Optional"):
+    raise ConversionError(
+        f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: TensorFlow "
+        "rewrote a tf.function's tf.cond to return its intermediates as Optionals, as it "
+        "does when a tape differentiates the function, and an Optional that differs per "
+        "iteration has no vectorized form. To fix: give vectorize the undecorated function "
+        "(`f.python_function`), or let vectorize see the tf.function before a tape "
+        "differentiates it eagerly.")
   if any(t.dtype == tf.variant for t in list(op.inputs) + list(op.outputs)):
     raise ConversionError(
         f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: it takes or makes a "

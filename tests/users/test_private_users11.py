@@ -1357,6 +1357,16 @@ def test_tf_function_loss_differentiated_eagerly_first():
   check_sums_norms(vclip(loss_fn, variables, batch, 0.7), ref)
 
 
+def test_tf_function_differentiated_first_is_refused_naming_the_fix():
+  """The refusal above names the Optionals and a fix that works: the undecorated function."""
+  variables, batch, loss_fn = _columns_problem()
+  loss_fn = tf.function(loss_fn)
+  ref = ref_clipped(loss_fn, variables, batch, 0.7)
+  with pytest.raises(vectorize.ConversionError, match="python_function"):
+    vclip(loss_fn, variables, batch, 0.7)
+  check_sums_norms(vclip(loss_fn.python_function, variables, batch, 0.7), ref)
+
+
 def test_has_aux_without_norms_order():
   p = _mlp_params()
   x, y = _mlp_batch(4)
