@@ -231,7 +231,7 @@ def reshape(tensor, shape):
   while (inner.op.type == "Reshape" and not inner.op.control_inputs and
          inner.graph is tensor.graph):
     inner = inner.op.inputs[0]
-  if inner is not tensor and not _in_control_dependencies(tensor.graph):
+  if inner is not tensor and not _in_control_dependencies(tf.compat.v1.get_default_graph()):
     wanted = tf.get_static_value(shape) if isinstance(shape, tf.Tensor) else shape
     if (wanted is not None and inner.shape.is_fully_defined() and
         [int(d) for d in np.ravel(wanted)] == inner.shape.as_list()):

@@ -92,3 +92,19 @@ def test_small_float_body_constants_are_copied_shared():
     assert copies[0] is copies[1]
     assert tf.get_static_value(copies[0]) == 0.5
   del body
+
+
+def test_a_reshape_back_is_the_tensor_it_came_from():
+  """Folding the loop axis into a batch and unfolding it leaves the op that made the value,
+  which kernels such as oneDNN's max-pool gradient look for; inside a control-dependency
+  block a new op is made, to carry the dependency."""
+  graph = tf.Graph()
+  with graph.as_default():
+    made = tf.zeros([6, 4, 5])
+    folded = graph_io.reshape(made, [2, 3, 4, 5])
+    twice = graph_io.reshape(graph_io.reshape(folded, [6, 20]), [3, 2, 20])
+    assert graph_io.reshape(folded, [6, 4, 5]) is made
+    assert twice.op.type == "Reshape" and twice.op.inputs[0] is made
+    with tf.control_dependencies([tf.no_op()]):
+      kept = graph_io.reshape(folded, [6, 4, 5])
+    assert kept is not made and kept.op.control_inputs
