@@ -2,11 +2,11 @@
 
 TF Privacy's DP Keras models (`DPModel`, `DPSequential`) clip fast only when every trainable
 layer has a hand-written rule in their `layer_registry` (Dense and Embedding by default);
-one layer without (any convolution, any RNN) and the whole step falls back to
-`tf.vectorized_map` of full per-example gradients. `tf_privacy_layer_registry()` answers
-for every layer: its rule runs the layer forward as usual, and its squared-norm function
-gets the per-example norms of the layer's weight gradients from the output gradients TF
-Privacy hands it, by `per_example_gradient_norms` of the vector-Jacobian product
+one layer without (any convolution, any RNN) and the whole step falls back to full
+per-example gradients from TensorFlow's own vectorizer. `tf_privacy_layer_registry()`
+answers for every layer: its rule runs the layer forward as usual, and its squared-norm
+function gets the per-example norms of the layer's weight gradients from the output
+gradients TF Privacy hands it, by `per_example_gradient_norms` of the vector-Jacobian product
 <layer(x_i), dy_i> (factored where the layer's graph allows: see factored.py). TF Privacy
 keeps its own algorithm around it (norms, clip weights, a weighted second backward pass,
 noise), so a user changes one argument:
