@@ -3,7 +3,8 @@
 Runs before lowering, on each function alone (a call reads its arguments and defines its
 targets; a return reads its values). Afterwards `program.live_in` maps each block label to the
 variables live on entry; `live_after_call` gives the variables live just after a call, which
-are those a recursive call must save.
+are those a recursive call must save. `live_out_lowered` answers the VM's question on the
+lowered program: which registers a block must write back.
 """
 
 from vectorize.errors import ConversionError
@@ -57,19 +58,28 @@ def successors(term):
 
 
 def _function_live_in(f):
-  live_in = {b.label: frozenset() for b in f.blocks}
+  return _solve(f.blocks, lambda block: (successors(block.terminator), ()))[0]
+
+
+def _solve(blocks, exits):
+  """(live in, live out) per block label, to the fixpoint; `exits(block)` gives the labels
+  a block may go to and what is read where it leaves the blocks (a halt's results)."""
+  live_in = {b.label: frozenset() for b in blocks}
+  live_out = dict(live_in)
   changed = True
   while changed:
     changed = False
-    for block in reversed(f.blocks):
-      live = set().union(*[live_in[s] for s in successors(block.terminator)])
+    for block in reversed(blocks):
+      labels, read_outside = exits(block)
+      live = set().union(*[live_in[s] for s in labels], read_outside)
+      live_out[block.label] = frozenset(live)
       live |= set(_terminator_uses(block.terminator))
       for instruction in reversed(block.body):
         live = _step_back(instruction, live)
       if frozenset(live) != live_in[block.label]:
         live_in[block.label] = frozenset(live)
         changed = True
-  return live_in
+  return live_in, live_out
 
 
 def _step_back(instruction, live):
@@ -84,3 +94,22 @@ def _terminator_uses(term):
   if isinstance(term, ir.Return):
     return term.values
   return ()
+
+
+def live_out_lowered(program):
+  """Block label -> the variables some path from the block's end reads before writing,
+  on the lowered program, across functions (registers are shared by every frame: a frame's
+  value that its callee overwrites was pushed before the call). A return may resume at any
+  continuation (after a tail call it returns to its caller's caller) or halt, where the
+  entry's result slots are read. The VM writes back only these (`vm._Machine.writes`): a
+  block that ends in a return need not write its locals, only the result slots."""
+  blocks = program.blocks()
+  resumes = tuple(i.label for b in blocks for i in b.body if isinstance(i, ir.PushReturn))
+  halt = frozenset(program.results or ())
+
+  def exits(block):
+    if isinstance(block.terminator, ir.IndirectGoto):
+      return resumes, halt
+    return successors(block.terminator), ()
+
+  return _solve(blocks, exits)[1]

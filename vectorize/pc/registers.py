@@ -3,10 +3,11 @@
 XLA copies whatever passes through a conditional, so a dispatch (`tf.switch_case`) that
 carried every register would cost the whole state at every step (measured: 50 us a step
 for 60 registers of `[100, 10]`, against 3 us for the arithmetic). A block instead returns
-only the registers it writes, as *slots*: per type, `width` values of `[batch, ...]`, padded
-to the most registers of that type any block writes. After the dispatch, one scatter per
-type writes the slots to the rows a static table gives for the block that ran (under XLA,
-behind one select of the members' lanes); the last row of each file takes the padding.
+only the registers it writes that some later block reads, as *slots*: per type, `width`
+whole registers `[batch, ...]` (under XLA the block keeps the other lanes' values itself),
+padded to the most registers of that type any block writes. After the dispatch, one
+scatter per type writes the slots to the rows a static table gives for the block that ran;
+the last row of each file takes the padding.
 """
 
 import numpy as np
@@ -67,15 +68,15 @@ class Layout:
     key, row = self.rows[var]
     return files[key][row]
 
-  def gathered(self, files, names, positions):
-    """The registers `names` at the lanes `positions` (register -> `[len(positions), ...]`):
-    one gather per file, not one per register (under XLA each gather is a kernel)."""
+  def gathered(self, files, names, members):
+    """The registers `names` as `members` read them (register -> `[members.n, ...]`): one
+    read per file, not one per register (under XLA each is a kernel)."""
     out = {}
     for key in self.names:
       wanted = [v for v in names if self.rows[v][0] == key]
       if wanted:
         rows = tf.gather(files[key], [self.rows[v][1] for v in wanted])
-        out.update(zip(wanted, tf.unstack(tf.gather(rows, positions, axis=1))))
+        out.update(zip(wanted, tf.unstack(members.gather(rows, axis=1))))
     return out
 
   def rows_of(self, files):
@@ -94,16 +95,12 @@ class Layout:
                             [filler] * (self.width[key] - len(names)))
     return out
 
-  def written(self, files, block, slots, members=None):
-    """The files after the block at dispatch index `block` (a scalar tensor) ran. With
-    `members` (a `[batch]` mask), only their lanes change: one select per file here, not
-    one per register in every block (under XLA each is a kernel to compile)."""
+  def written(self, files, block, slots):
+    """The files after the block at dispatch index `block` (a scalar tensor) ran: one
+    scatter per file (each slot a whole register: the block kept its other lanes)."""
     files = dict(files)
     for key, values in slots.items():
       rows = tf.gather(tf.constant(self.targets[key]), block)
-      if members is not None:
-        mask = tf.reshape(members, [1, -1] + [1] * (values.shape.rank - 2))
-        values = tf.where(mask, values, tf.gather(files[key], rows))
       files[key] = tf.tensor_scatter_nd_update(files[key], rows[:, None], values)
     return files
 

@@ -23,7 +23,7 @@ from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorfl
 from vectorize import graph_io
 from vectorize.active_set import Masked, Partitioned
 from vectorize.errors import ConversionError
-from vectorize.pc import engine_bridge, ir
+from vectorize.pc import engine_bridge, ir, liveness
 from vectorize.pc.allocation import REGISTER, STACK
 from vectorize.pc.registers import Layout
 from vectorize.pc.storage import Stacks
@@ -62,6 +62,7 @@ class _Machine:
                             "recursion any member reaches)")
     self.grow = max_stack_depth is None
     self.depth = _INITIAL_DEPTH if self.grow else max_stack_depth
+    self.live_out = liveness.live_out_lowered(program)
     self.blocks = dispatch_order(program)
     self.index = {b.label: k for k, b in enumerate(self.blocks)}
     self.halt = len(self.blocks)
@@ -84,10 +85,15 @@ class _Machine:
       self.push_pointers[key] = (np.array(rows, np.int32).reshape(len(self.blocks), -1),
                                  np.array(valid, bool).reshape(len(self.blocks), -1))
 
+  def stored(self, block):
+    """The variables `block` assigns that some later block may read: the values it writes
+    back to registers (a block writes nothing a path from its end overwrites unread)."""
+    return [v for v in assigned(block.body) if self.program.storage.get(v) in (
+        REGISTER, STACK) and v in self.live_out[block.label]]
+
   def writes(self, block):
     """The registers `block` may write."""
-    out = ["pc"] + [v for v in assigned(block.body) if self.program.storage.get(v) in (
-        REGISTER, STACK)]
+    out = ["pc"] + self.stored(block)
     stacks = [i.var for i in block.body if isinstance(i, (ir.Pop, ir.Push))]
     if any(isinstance(i, ir.PushReturn) for i in block.body) or isinstance(
         block.terminator, ir.IndirectGoto):
@@ -104,9 +110,6 @@ class _Machine:
   def run(self, inputs):
     main = self.program.function(self.program.main)
     batch = tf.shape(inputs[0])[0]
-    # Under XLA, a batch unknown when traced breaks the dispatch's own gradient (see
-    # `_switch_recomputed_in_gradient`): the gradient then computes each block again.
-    self.recomputed = self.masked and inputs[0].shape[0] is None
     self.lanes = tf.range(batch)
     values = {"pc": self.index[main.entry], _pointer(_RETURN): 1}
     values.update((p, x) for p, x in zip(main.params, inputs) if p in self.registers)
@@ -144,14 +147,16 @@ class _Machine:
 
     Under XLA the stack buffers stay out of the dispatch: a block returns the values it
     pushes, one per lane, written after it to the rows its pointers give, so no step
-    copies a `[depth, batch, ...]` buffer. Without XLA, TF's own Case passes tensors through without copies, and pushes
-    land at once.
+    copies a `[depth, batch, ...]` buffer (measured: behind a `tf.cond` that skips the
+    write for blocks that push nothing, or a dispatch in two levels, XLA copies the
+    buffers and the files, 2-10x slower). Without XLA, TF's own Case passes tensors
+    through without copies, and pushes land at once.
     """
     files, stacks = state["files"], state["stacks"]
     k, first = state["next"]
     pc = self.registers.read(files, "pc")
     members = self.strategy.members(tf.equal(pc, k), self.lanes, first)
-    if self.recomputed:
+    if self.masked:      # its own gradient: see `_switch_recomputed_in_gradient`
       branches = [lambda files, stacks, block=block: self.block(
           block, files, stacks, members.sized_here()) for block in self.blocks]
       slots, stacked = _switch_recomputed_in_gradient(k, branches, (files, stacks),
@@ -160,7 +165,7 @@ class _Machine:
       slots, stacked = tf.switch_case(k, [
           lambda block=block: self.block(block, files, stacks, members)
           for block in self.blocks])
-    files = self.registers.written(files, k, slots, members.mask if self.masked else None)
+    files = self.registers.written(files, k, slots)
     if self.masked:
       pushed, stacked = stacked, dict(stacks)
       for key, values in pushed.items():
@@ -203,15 +208,14 @@ class _Machine:
     self.stack_buffers = dict(stacks)
     pending = {}
     term = block.terminator
-    writes = [v for v in assigned(block.body) if v in self.registers]
     cond = term.cond if isinstance(term, ir.Branch) else None
-    code = StraightLine(block.body, writes, cond, self.namespaces, self.program.types,
-                        self.program.function_of(block.label).filename)
+    code = StraightLine(block.body, self.stored(block), cond, self.namespaces,
+                        self.program.types, self.program.function_of(block.label).filename)
     if self.masked and self.integral(block, code) and engine_bridge.compiled_by_xla():
       members = members.unborrowed()
       inputs = [regs[r] for r in code.reads]
     else:
-      read = self.registers.gathered(files, code.reads, members.positions)
+      read = self.registers.gathered(files, code.reads, members)
       inputs = [read[r] for r in code.reads]
     for instruction in block.body:
       if isinstance(instruction, (ir.Pop, ir.Peek)):
@@ -328,7 +332,8 @@ def _switch_recomputed_in_gradient(index, branches, state, recomputing):
   """`tf.switch_case(index, [lambda: b(*state) for b in branches])` whose gradient is a
   switch of the branches' own gradients, each computing its branch again from `state`.
 
-  For the dispatch under XLA with a batch unknown when traced. Differentiated directly, a
+  For the dispatch under XLA (where its blocks select their members' lanes themselves,
+  and where the batch may be unknown when traced). Differentiated directly, a
   `tf.switch_case` hands the values its gradient needs out as extra outputs, and TF gives
   the branches that do not compute one a stand-in of its static shape with each unknown
   size 0 (cond_v2's FakeParams): the loop's gradient keeps those outputs in per-step lists,
