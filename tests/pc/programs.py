@@ -216,6 +216,50 @@ def count_splits(a, b, eps):
   return simpson_splits(f_a, f_m, f_b, a, b, eps, whole, 12)
 
 
+def bisect_walk(lo, hi, depth, key):
+  """Halves an interval `depth` times, the half picked by `key`'s bits: each branch of the
+  `if` calls the walk on its own half and assigns its own results (the shape of NUTS's
+  tree doubling, which call merging makes one call site)."""
+  if depth == 0:
+    return lo * 0.5 + 0.25, hi * 0.75 - 0.5, 1
+  mid = 0.5 * (lo + hi)
+  if key % 2 == 0:
+    lo, mid, n = bisect_walk(lo, mid, depth - 1, key // 2)
+  else:
+    mid, hi, n = bisect_walk(mid, hi, depth - 1, key // 2)
+  return lo + mid, hi - mid, n + 1
+
+
+def bisect_walks(lo, hi, key):
+  lo, hi, n = bisect_walk(lo, hi, 3, key)
+  return lo + 2.0 * hi + tf.cast(n, tf.float32)
+
+
+def one_sided_results(n, k):
+  """One branch assigns a result (`a`) the other leaves unassigned, read by nothing after:
+  merged into one call, its select would read `a` on a path that never assigned it, so
+  the program compiles as written."""
+  if n == 0:
+    return 0
+  b = n
+  if k > 0:
+    a = one_sided_results(n - 1, k)
+  else:
+    b = one_sided_results(n - 1, k)
+  return b + 2
+
+
+def signed_steps(x, n):
+  """Calls in both branches that differ in a signed constant (`-1.0` and `1.0`)."""
+  if n == 0:
+    return x
+  if x > 0.0:
+    y = signed_steps(x + -1.0 * 0.25, n - 1)
+  else:
+    y = signed_steps(x + 1.0 * 0.25, n - 1)
+  return 0.5 * y + x
+
+
 class Case(NamedTuple):
   name: str
   fn: Callable
@@ -379,6 +423,16 @@ CASES = [
     Case("conditional_expression", abs_gcd, lambda n, rng: (
         rng.integers(-60, 60, size=[n]).astype(np.int32),
         rng.integers(-60, 60, size=[n]).astype(np.int32)), 12),
+    Case("branch_calls", bisect_walks, lambda n, rng: (
+        rng.uniform(-1.0, 0.0, size=[n]).astype(np.float32),
+        rng.uniform(0.0, 1.0, size=[n]).astype(np.float32),
+        rng.integers(0, 8, size=[n]).astype(np.int32)), 4, grad=(0, 1)),
+    Case("branch_calls_one_sided", one_sided_results, lambda n, rng: (
+        rng.integers(0, 5, size=[n]).astype(np.int32),
+        rng.integers(-2, 3, size=[n]).astype(np.int32)), 5),
+    Case("branch_calls_other_expressions", signed_steps, lambda n, rng: (
+        rng.uniform(-1.0, 1.0, size=[n]).astype(np.float32),
+        rng.integers(0, 4, size=[n]).astype(np.int32)), 4, grad=(0,)),
     Case("float_conditional_expression", soft_clip, lambda n, rng: (
         rng.uniform(-2.0, 3.0, size=[n]).astype(np.float32),
         rng.integers(0, 4, size=[n]).astype(np.int32)), 4, grad=(0,)),

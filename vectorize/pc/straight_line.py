@@ -155,5 +155,8 @@ def assigned(body):
 
 
 def is_copy(assign):
-  """`x = y` or `x = 1.0`: an assignment that computes nothing."""
-  return isinstance(ast.parse(assign.expr, mode="eval").body, (ast.Name, ast.Constant))
+  """`x = y`, `x = 1.0` or `x = -1.0`: an assignment that computes nothing."""
+  expr = ast.parse(assign.expr, mode="eval").body
+  if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+    expr = expr.operand if isinstance(expr.operand, ast.Constant) else expr
+  return isinstance(expr, (ast.Name, ast.Constant))
