@@ -9,7 +9,8 @@ recursive `tfp.experimental.mcmc.NoUTurnSampler`, plain and under XLA, and again
 per-chain eager loop (on a sample of chains, scaled).
 
 Run: `python -m benchmarks.workloads.nuts [--chains 1,10,100,1000] [--rounds 3]`
-(`--first-calls 3`: first calls under XLA instead, each in a fresh process, alternating).
+(`--first-calls 3`: first calls under XLA instead, each in a fresh process, alternating;
+`--transitions 20`: chains of 20 transitions per call, `nuts_chains.py`).
 `NUTS` and `NUTS_CORRELATED` are the same transitions as workloads of the suite
 (`benchmarks.run`, batch = chains).
 """
@@ -27,7 +28,7 @@ from benchmarks import workload
 from benchmarks.workloads import recursion
 
 MAX_DEPTH = 10
-STEP_SIZE = {"normal10": 0.3, "correlated100": 0.05}
+STEP_SIZE = {"normal10": 0.3, "correlated100": 0.05, "funnel10": 0.2}
 
 
 def _correlated_precision(dim):
@@ -39,13 +40,30 @@ def _correlated_precision(dim):
 
 
 PRECISION = {"normal10": tf.eye(10), "correlated100": _correlated_precision(100)}
-DIM = {"normal10": 10, "correlated100": 100}
+DIM = {"normal10": 10, "correlated100": 100, "funnel10": 10}
 TARGET = ["normal10"]        # the target the per-chain functions below read; set per run
 
 
 def log_prob(theta):
-  """The target's log density (one chain's state)."""
-  return -0.5 * tf.reduce_sum(theta * tf.linalg.matvec(PRECISION[TARGET[0]], theta))
+  """The target's log density (one chain's state; no Python `if`: autobatch would take a
+  function with control flow for a program function, and the gradient tape around it)."""
+  return batch_log_prob(TARGET[0])(theta[None])[0]
+
+
+def _funnel_log_prob(v, x, axis):
+  """Neal's funnel: v ~ N(0, 3^2), each x_i ~ N(0, exp(v)). Trees are deep in the neck
+  (small v) and shallow in the mouth, so tree depths differ widely between transitions."""
+  return (-v * v / 18.0 - 0.5 * tf.reduce_sum(x * x, axis) * tf.exp(-v)
+          - 0.5 * tf.cast(tf.shape(x)[axis], tf.float32) * v)
+
+
+def batch_log_prob(target):
+  """The target's log density of a batch of states `[chains, dim]` (TFP's samplers)."""
+  return _BATCH_LOG_PROB.get(target, lambda x: -0.5 * tf.reduce_sum(
+      x * tf.linalg.matvec(PRECISION[target], x), -1))
+
+
+_BATCH_LOG_PROB = {"funnel10": lambda x: _funnel_log_prob(x[:, 0], x[:, 1:], -1)}
 
 
 def value_and_gradient(theta):
@@ -164,11 +182,10 @@ def samplers(target, chains):
   result = {"autobatch": lambda: batched(theta, seeds, eps)}
   tfp = recursion.tfp_quietly()
   if tfp is not None:
-    def batch_log_prob(x):
-      return -0.5 * tf.reduce_sum(x * tf.linalg.matvec(PRECISION[target], x), -1)
-    iterative = tfp.mcmc.NoUTurnSampler(batch_log_prob, STEP_SIZE[target],
+    iterative = tfp.mcmc.NoUTurnSampler(batch_log_prob(target), STEP_SIZE[target],
                                         max_tree_depth=MAX_DEPTH)
-    recursive = tfp.experimental.mcmc.NoUTurnSampler(batch_log_prob, STEP_SIZE[target],
+    recursive = tfp.experimental.mcmc.NoUTurnSampler(batch_log_prob(target),
+                                                     STEP_SIZE[target],
                                                      max_tree_depth=MAX_DEPTH, seed=1)
     result["tfp iterative"] = lambda: iterative.one_step(
         theta, iterative.bootstrap_results(theta), seed=(1, 2))[0]
@@ -299,6 +316,9 @@ def main():
   parser.add_argument("--first-calls", type=int, default=0,
                       help="instead: this many rounds of fresh-process first calls under XLA")
   parser.add_argument("--first-call-of", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--transitions", type=int, default=0,
+                      help="instead: chains of this many transitions per call "
+                           "(benchmarks/workloads/nuts_chains.py)")
   args = parser.parse_args()
   if args.first_call_of:           # a child of --first-calls: one first call, as JSON
     recursion._warm_up()  # pylint: disable=protected-access
@@ -319,8 +339,13 @@ def main():
       print(sections[-1], flush=True)
   for target in args.targets.split(",") if not args.first_calls else []:
     for chains in [int(c) for c in args.chains.split(",")]:
-      first, times = measure(target, chains, args.rounds, args.sample)
-      sections.append(report(target, chains, first, times))
+      if args.transitions:
+        from benchmarks.workloads import nuts_chains  # pylint: disable=import-outside-toplevel
+        times, ess = nuts_chains.measure(target, chains, args.transitions, args.rounds)
+        sections.append(nuts_chains.report(target, chains, args.transitions, times, ess))
+      else:
+        first, times = measure(target, chains, args.rounds, args.sample)
+        sections.append(report(target, chains, first, times))
       print(sections[-1], flush=True)
   if args.out:
     with open(args.out, "w") as f:

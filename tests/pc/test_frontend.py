@@ -1,7 +1,12 @@
 """frontend.build: Python source -> basic blocks; what it refuses names the user's line."""
 
-import pytest
+import types
 
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vectorize
 from tests.pc import programs
 from vectorize.errors import ConversionError
 from vectorize.pc import frontend, ir
@@ -145,3 +150,38 @@ def test_calls_python_may_skip_are_refused():
   calls = [i for b in program.function("_first_operands_call").blocks for i in b.body
            if isinstance(i, ir.Call)]
   assert [c.callee for c in calls] == ["fib"]
+
+
+def _pick_pair(v, n):
+  """A comprehension's variable (`i`) lives in the comprehension, not in the function."""
+  if n == 0:
+    return tf.stack([v[i] * 2.0 for i in (0, 2)])
+  return _pick_pair(v * 0.5, n - 1)
+
+
+def test_a_comprehension_variable_is_not_a_variable_of_the_function():
+  program = frontend.build(_pick_pair)
+  assigned = {t for a in instructions(program, ir.Assign) for t in a.targets}
+  assert "_pick_pair.i" not in assigned and not any(
+      "_pick_pair.i" in a.reads for a in instructions(program, ir.Assign))
+  v = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  n = tf.constant([0, 2])
+  got = vectorize.autobatch(_pick_pair)(v, n)
+  want = tf.stack([_pick_pair(v[k], n[k]) for k in range(2)])
+  np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+_LIBRARY = types.SimpleNamespace(fib=programs.fib)
+
+
+def _fib_through_an_attribute(n):
+  return _LIBRARY.fib(n) + 1
+
+
+def test_a_recursive_function_called_through_an_attribute_is_named_in_the_error():
+  with pytest.raises(ConversionError) as raised:
+    vectorize.autobatch(_fib_through_an_attribute)(tf.constant([3, 5]))
+  message = str(raised.value)
+  assert "test_frontend.py" in message and "_LIBRARY.fib(n)" in message
+  assert "called through an attribute" in message and "by its name" in message
+  assert "dtype" not in message.split("(per example")[1]     # not the advice to cast

@@ -73,8 +73,7 @@ class _Source:
                     and _is_user_function(self.namespace.get(c.func.id))]
     self.has_control = any(isinstance(n, _CONTROL) for n in ast.walk(node)) or sum(
         isinstance(n, ast.Return) for n in ast.walk(node)) > 1
-    self.local_names = {a.arg for a in node.args.args} | {
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    self.local_names = {a.arg for a in node.args.args} | _stored_names(node)
 
   def calls_program_function(self, node, program_functions):
     """The program function `node` calls by name (not a local of the same name), or None."""
@@ -87,6 +86,16 @@ class _Source:
 
   def line(self, node):
     return self.offset + getattr(node, "lineno", 1)
+
+
+def _stored_names(node):
+  """The names `node`'s statements assign; not a comprehension's own variables
+  (`[x[i] for i in ...]`: `i` lives in the comprehension's scope, not the function's)."""
+  comprehended = {id(n) for c in ast.walk(node)
+                  if isinstance(c, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+                  for g in c.generators for n in ast.walk(g.target)}
+  return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
+          isinstance(n.ctx, ast.Store) and id(n) not in comprehended}
 
 
 def _is_user_function(obj):

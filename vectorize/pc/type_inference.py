@@ -278,6 +278,13 @@ def _mismatch(assign, inputs, failure):
   if assign.reads:
     named = [f"{ir.describe(r)} is {t.type}" for r, t in zip(assign.reads, inputs)]
     message += f" (per example, {', '.join(named)})"
+  if isinstance(failure.__cause__, tf.errors.OperatorNotAllowedInGraphError):
+    return ConversionError(
+        message + ". A function this line calls branches in Python on a tensor, so it "
+        "must be compiled by autobatch, which takes the functions called by their name "
+        "(`f(x)`); one called through an attribute (`module.f(x)`) or a variable runs "
+        "as TensorFlow code. Call it by its name (`from module import f`), or branch with "
+        "tf.where.")
   dtypes = {t.type.dtype for t in inputs}
   if len(dtypes) > 1:
     widest = max(dtypes, key=lambda d: (d.is_floating, d.size))
