@@ -270,8 +270,12 @@ def check(theta, seeds, eps, result, count=3):
     np.testing.assert_allclose(result[k], want, rtol=1e-4, atol=1e-4)
 
 
-def measure(target, chains, rounds, sample):
+def measure(target, chains, rounds, sample, only=None):
+  """First-call and per-round seconds of each form (`only`: those forms, and the eager
+  loop only if named there)."""
   theta, seeds, eps, fs = forms(target, chains)
+  if only is not None:
+    fs = {form: f for form, f in fs.items() if form in only}
   first = {}
   for form, f in list(fs.items()):
     try:
@@ -283,26 +287,28 @@ def measure(target, chains, rounds, sample):
     if form.startswith("autobatch"):
       check(theta, seeds, eps, f().numpy())
   times = {form: [] for form in fs}
-  times["eager loop"] = []
+  loop = only is None or "eager loop" in only
   for _ in range(rounds):
     for form, f in fs.items():
       times[form].append(timing.seconds(f))
-    times["eager loop"].append(eager_loop_seconds(theta, seeds, eps, sample))
+    if loop:
+      times.setdefault("eager loop", []).append(eager_loop_seconds(theta, seeds, eps, sample))
   return first, times
 
 
 def report(target, chains, first, times):
   lines = [f"### NUTS transition, {target}, {chains} chains (medians of "
-           f"{len(times['eager loop'])} rounds)", "",
+           f"{len(next(iter(times.values())))} interleaved rounds)", "",
            "| form | first call s | steady s | eager loop / form | form / tfp iterative XLA |",
            "| --- | --- | --- | --- | --- |"]
   for form in times:
-    limit = ""
+    limit, loop = "", ""
     if "tfp iterative XLA" in times:
       limit = f"{timing.median_ratio(times[form], times['tfp iterative XLA']):.2f}x"
+    if "eager loop" in times:
+      loop = f"{timing.median_ratio(times['eager loop'], times[form]):.0f}x"
     lines.append(f"| {form} | {first.get(form, float('nan')):.2f} | "
-                 f"{np.median(times[form]):.4f} | "
-                 f"{timing.median_ratio(times['eager loop'], times[form]):.0f}x | {limit} |")
+                 f"{np.median(times[form]):.4f} | {loop} | {limit} |")
   return "\n".join(lines)
 
 
@@ -316,6 +322,8 @@ def main():
   parser.add_argument("--first-calls", type=int, default=0,
                       help="instead: this many rounds of fresh-process first calls under XLA")
   parser.add_argument("--first-call-of", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--forms", default=None,
+                      help="only these forms (comma-separated; 'eager loop' among them)")
   parser.add_argument("--transitions", type=int, default=0,
                       help="instead: chains of this many transitions per call "
                            "(benchmarks/workloads/nuts_chains.py)")
@@ -344,7 +352,8 @@ def main():
         times, ess = nuts_chains.measure(target, chains, args.transitions, args.rounds)
         sections.append(nuts_chains.report(target, chains, args.transitions, times, ess))
       else:
-        first, times = measure(target, chains, args.rounds, args.sample)
+        only = args.forms.split(",") if args.forms else None
+        first, times = measure(target, chains, args.rounds, args.sample, only)
         sections.append(report(target, chains, first, times))
       print(sections[-1], flush=True)
   if args.out:
