@@ -138,7 +138,9 @@ class Batched:
 
   def _warn_unchecked(self):
     """Says, when a caller's XLA function traces the call, that failures cannot raise."""
-    steps = "" if self.max_steps is None else f" (or that runs past max_steps={self.max_steps})"
+    steps = "" if self.max_steps is None else (
+        f" (or that is still running when the batch's loop reaches max_steps="
+        f"{self.max_steps} steps)")
     warnings.warn(
         f"autobatch({self.fn.__name__}) inside a jit_compile=True function cannot raise: "
         "XLA compiles assertions to nothing. A member whose recursion exceeds "
