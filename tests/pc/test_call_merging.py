@@ -36,6 +36,19 @@ def test_the_nuts_tree_doubling_calls_once_per_level():
   assert [len(_calls(p, "nuts_step")) for p in (before, after)] == [2, 1]   # -1.0 and 1.0
 
 
+def test_the_end_a_branch_leaves_alone_is_the_one_value_kept_across_the_call():
+  """Left, `build_tree` replaces the left end and the right end stays; right, the other
+  way round: one select of the end left alone is saved across the call, not both ends."""
+  from benchmarks.workloads import nuts       # pylint: disable=import-outside-toplevel
+  program = pipeline.compile_program(nuts.nuts_step, (ir.VarType(tf.float32, (10,)),
+                                                      ir.VarType(tf.int32, (2,)), FLOAT))
+  pushed = [{i.var for i in b.body if isinstance(i, ir.Push)} for b in program.blocks()
+            if b.calls == "build_tree" and b.label.startswith("build_tree.")]
+  assert pushed and all(not {"build_tree.theta_m", "build_tree.theta_p"} & p for p in pushed)
+  vectors = [v for p in pushed for v in p if program.types[v] == ir.VarType(tf.float32, (10,))]
+  assert len(vectors) == 4          # the three ends kept and the proposal, not seven
+
+
 def test_branches_computing_other_expressions_keep_their_own_calls():
   def scaled(x, n):
     if n == 0:

@@ -7,7 +7,10 @@ two groups that the VM runs in turn, one step each, at every call and every retu
 tree doubling calls `build_tree` on the left end or the right end, and that split was 40%
 of its steps. When both branches only compute the same argument expressions and call the
 same function, one call site takes the arguments by a select on the branch's condition,
-and each result lands where its branch put it by another select.
+and each result lands where its branch put it by another select. A variable one branch
+passes and replaces by a result, paired with the one the other branch passes in its place
+(NUTS's left end and right end), keeps across the call only the one its branch leaves
+alone, `select(c, right's, left's)`: one value saved on the stack where two were.
 
 A branch's own argument expression is never computed for members of the other branch (it
 could fail for them): the branches must compute the same expressions, differing only in
@@ -97,11 +100,19 @@ def _one_call(cond, left, right, names):
       continue
     results.append(names.fresh())
     chosen.append((a, b, results[-1]))
-  body.append(ir.Call(tuple(results), call_l.callee, tuple(args), call_l.line))
   left_value = {a: r for a, _, r in chosen}
   right_value = {b: r for _, b, r in chosen}
+  kept = {}
+  for a, b in zip(call_l.args, call_r.args):
+    b = renamed.get(b, b)
+    if (a in left_value and a not in right_value and b in right_value and
+        b not in left_value and a not in kept and b not in kept):
+      kept[a] = kept[b] = names.fresh()
+      body.append(_select(kept[a], cond, b, a, call_l.line))
+  body.append(ir.Call(tuple(results), call_l.callee, tuple(args), call_l.line))
   for var in dict.fromkeys([a for a, _, _ in chosen] + [b for _, b, _ in chosen]):
-    body.append(_select(var, cond, left_value.get(var, var), right_value.get(var, var),
+    old = kept.get(var, var)
+    body.append(_select(var, cond, left_value.get(var, old), right_value.get(var, old),
                         call_l.line))
   return tuple(body)
 
