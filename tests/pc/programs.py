@@ -260,6 +260,24 @@ def signed_steps(x, n):
   return 0.5 * y + x
 
 
+def _subtree(x, d, key):
+  if d == 0:
+    return x * 0.5 + 0.1
+  if key % 2 == 0:
+    return _subtree(x * 0.9, d - 1, key // 2)
+  return _subtree(x, d - 1, key // 3) + _subtree(x * 1.1, d - 1, key // 2)
+
+
+def drifting_walk(x, seed):
+  """Six recursions in a loop, each of its own depth and shape per member: the members
+  drift apart, each at its own pass of the loop (a sampler's chain of transitions)."""
+  i = 0
+  while i < 6:
+    x = _subtree(x, (seed + i * 3) % 5, seed * 13 + i) * 0.25
+    i += 1
+  return x
+
+
 class Case(NamedTuple):
   name: str
   fn: Callable
@@ -433,6 +451,9 @@ CASES = [
     Case("branch_calls_other_expressions", signed_steps, lambda n, rng: (
         rng.uniform(-1.0, 1.0, size=[n]).astype(np.float32),
         rng.integers(0, 4, size=[n]).astype(np.int32)), 4, grad=(0,)),
+    Case("drifting", drifting_walk, lambda n, rng: (
+        rng.normal(size=[n]).astype(np.float32),
+        rng.integers(0, 1000, size=[n]).astype(np.int32)), 6, grad=(0,)),
     Case("float_conditional_expression", soft_clip, lambda n, rng: (
         rng.uniform(-2.0, 3.0, size=[n]).astype(np.float32),
         rng.integers(0, 4, size=[n]).astype(np.int32)), 4, grad=(0,)),
