@@ -10,7 +10,8 @@ the call waits for the chain with the most leapfrog steps summed over its transi
 Where tree depths differ widely between transitions (Neal's funnel: deep trees in the
 neck, shallow ones in the mouth), that sum of maxima and that maximum of sums differ most.
 
-Reported, medians of interleaved rounds under XLA: seconds per call, seconds per transition
+Both of autobatch's schedules are timed ("lowest", the default, and "fullest", which runs
+the block the most chains wait at). Reported, medians of interleaved rounds under XLA: seconds per call, seconds per transition
 (chains x transitions), effective samples per second of the first and last coordinates
 (`tfp.mcmc.effective_sample_size`, summed over chains), and the ratio of leapfrog steps
 lockstep / per chain (how much waiting the program counters can save at most).
@@ -54,10 +55,13 @@ def forms(target, chains, transitions):
   """{form: function of no arguments, compiled under XLA} returning `[transitions, chains,
   len(TRACED)]` traced coordinates."""
   theta, seeds, eps = nuts._inputs(target, chains)  # pylint: disable=protected-access
-  batched = vectorize.autobatch(chain_program(transitions),
-                                max_stack_depth=nuts.MAX_DEPTH + 1)
-  result = {"autobatch": tf.function(
-      lambda: tf.transpose(batched(theta, seeds, eps), [1, 0, 2]), jit_compile=True)}
+  result = {}
+  for schedule in ("lowest", "fullest"):
+    batched = vectorize.autobatch(chain_program(transitions),
+                                  max_stack_depth=nuts.MAX_DEPTH + 1, schedule=schedule)
+    result[f"autobatch {schedule}"] = tf.function(
+        lambda batched=batched: tf.transpose(batched(theta, seeds, eps), [1, 0, 2]),
+        jit_compile=True)
   tfp = recursion.tfp_quietly()
   if tfp is not None:
     kernel = tfp.mcmc.NoUTurnSampler(nuts.batch_log_prob(target), nuts.STEP_SIZE[target],
