@@ -11,10 +11,10 @@ Where tree depths differ widely between transitions (Neal's funnel: deep trees i
 neck, shallow ones in the mouth), that sum of maxima and that maximum of sums differ most.
 
 Both of autobatch's schedules are timed ("lowest", the default, and "fullest", which runs
-the block the most chains wait at). Reported, medians of interleaved rounds under XLA: seconds per call, seconds per transition
-(chains x transitions), effective samples per second of the first and last coordinates
-(`tfp.mcmc.effective_sample_size`, summed over chains), and the ratio of leapfrog steps
-lockstep / per chain (how much waiting the program counters can save at most).
+the block the most chains wait at). Reported, medians of interleaved rounds under XLA:
+seconds per call, microseconds per transition (per chain and transition), and effective
+samples per second of the first and last coordinates (`tfp.mcmc.effective_sample_size`,
+summed over chains).
 
 Run: `python -m benchmarks.workloads.nuts --transitions 20 [--targets funnel10,normal10]
 [--chains 100] [--rounds 5]`.

@@ -14,9 +14,9 @@ alone, `select(c, right's, left's)`: one value saved on the stack where two were
 
 A branch's own argument expression is never computed for members of the other branch (it
 could fail for them): the branches must compute the same expressions, differing only in
-the variables and constants they pass and the variables they assign. The selects read a variable on both paths; where one
-is not assigned on some path, liveness then refuses the program (`pipeline` compiles it
-again without this pass).
+the variables and constants they pass and the variables they assign. The selects read a
+variable on both paths; where one is not assigned on some path, liveness then refuses the
+program (`pipeline` compiles it again without this pass).
 """
 
 from vectorize.pc import ir
