@@ -19,8 +19,8 @@ Afterwards no block ends in a `goto` to a block it could take in.
 
 from vectorize.pc import ir
 from vectorize.pc.allocation import REGISTER, STACK
-from vectorize.pc.frontend import SELECT
-from vectorize.pc.liveness import successors
+from vectorize.pc.frontend import select
+from vectorize.pc.liveness import predecessors, successors
 from vectorize.pc.straight_line import is_copy
 
 _SMALL = 2        # Assigns a block may hold and still be copied into each predecessor
@@ -53,7 +53,7 @@ def _if_converted(block, blocks, storage):
   for copies, join, taken in ((term.if_true, term.if_false, True),
                               (term.if_false, term.if_true, False)):
     side = blocks[copies]
-    if (side.terminator != ir.Goto(join) or _predecessors(blocks, copies) != [block.label]
+    if (side.terminator != ir.Goto(join) or predecessors(blocks, copies) != [block.label]
         or not all(isinstance(i, ir.Assign) and is_copy(i) for i in side.body)
         or any(term.cond in i.targets or storage.get(i.targets[0]) not in (REGISTER, STACK)
                for i in side.body)):
@@ -69,9 +69,7 @@ def _select(cond, copy, taken):
   (target,) = copy.targets
   old = ir.local_name(target)
   new, keep = (copy.expr, old) if taken else (old, copy.expr)
-  reads = tuple(dict.fromkeys((cond,) + copy.reads + (target,)))
-  return ir.Assign((target,), f"{SELECT}({ir.local_name(cond)}, {new}, {keep})", reads,
-                   copy.line)
+  return select(target, cond, new, keep, copy.reads + (target,), copy.line)
 
 
 def _merge_one(blocks, absorbed):
@@ -88,7 +86,7 @@ def _merge_one(blocks, absorbed):
 
 def _mergeable(block, target, blocks):
   small = sum(isinstance(i, ir.Assign) for i in target.body) <= _SMALL
-  if not small and _predecessors(blocks, target.label) != [block.label]:
+  if not small and predecessors(blocks, target.label) != [block.label]:
     return False
   if any(isinstance(i, (ir.Pop, ir.Peek)) for i in target.body):
     return False
@@ -102,16 +100,6 @@ def _mergeable(block, target, blocks):
 def _pushed(block):
   return [i.var if isinstance(i, ir.Push) else "return address" for i in block.body
           if isinstance(i, (ir.Push, ir.PushReturn))]
-
-
-def _predecessors(blocks, label):
-  """Blocks that go (or return) to `label`."""
-  found = []
-  for other in blocks.values():
-    returns = [i.label for i in other.body if isinstance(i, ir.PushReturn)]
-    if label in successors(other.terminator) or label in returns:
-      found.append(other.label)
-  return found
 
 
 def _reachable(blocks, entry):

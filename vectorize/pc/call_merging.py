@@ -20,8 +20,8 @@ program (`pipeline` compiles it again without this pass).
 """
 
 from vectorize.pc import ir
-from vectorize.pc.frontend import SELECT
-from vectorize.pc.liveness import successors
+from vectorize.pc.frontend import select
+from vectorize.pc.liveness import predecessors
 from vectorize.pc.straight_line import is_copy
 
 
@@ -52,12 +52,13 @@ def _merged(f):
 def _same_call(f, blocks, label, left, right, cond):
   """Whether `left` and `right` (the two sides of `label`'s branch on `cond`) compute the
   same expressions, then call the same function, and go to the same place."""
-  for side in (left, right):
-    if side.label == f.entry or _predecessors(blocks, side.label) != [label]:
+  split = [_split(side) for side in (left, right)]
+  for side, parts in zip((left, right), split):
+    if side.label == f.entry or predecessors(blocks, side.label) != [label]:
       return False
-    if _split(side) is None or cond in _assigned(side.body):
+    if parts is None or cond in _assigned(side.body):
       return False
-  (before_l, call_l), (before_r, call_r) = _split(left), _split(right)
+  (before_l, call_l), (before_r, call_r) = split
   if call_l.callee != call_r.callee or left.terminator != right.terminator:
     return False
   if isinstance(left.terminator, ir.Branch):
@@ -85,9 +86,9 @@ def _one_call(cond, left, right, names):
       renamed.update(zip(b.targets, a.targets))
     else:                  # two copies (a constant each, say): both computed, one passed
       body.append(b)
+  right_args = [renamed.get(b, b) for b in call_r.args]
   args = []
-  for a, b in zip(call_l.args, call_r.args):
-    b = renamed.get(b, b)
+  for a, b in zip(call_l.args, right_args):
     if a == b:
       args.append(a)
       continue
@@ -103,8 +104,7 @@ def _one_call(cond, left, right, names):
   left_value = {a: r for a, _, r in chosen}
   right_value = {b: r for _, b, r in chosen}
   kept = {}
-  for a, b in zip(call_l.args, call_r.args):
-    b = renamed.get(b, b)
+  for a, b in zip(call_l.args, right_args):
     if (a in left_value and a not in right_value and b in right_value and
         b not in left_value and a not in kept and b not in kept):
       kept[a] = kept[b] = names.fresh()
@@ -141,10 +141,9 @@ def _same(a, b):
 
 
 def _select(target, cond, if_true, if_false, line):
-  reads = tuple(dict.fromkeys((cond, if_true, if_false)))
-  expr = (f"{SELECT}({ir.local_name(cond)}, {ir.local_name(if_true)}, "
-          f"{ir.local_name(if_false)})")
-  return ir.Assign((target,), expr, reads, line)
+  """`target = select(cond, if_true, if_false)` of three variables."""
+  return select(target, cond, ir.local_name(if_true), ir.local_name(if_false),
+                (if_true, if_false), line)
 
 
 def _assigned(body):
@@ -153,10 +152,6 @@ def _assigned(body):
 
 def _temporary(var):
   return ir.local_name(var).startswith(ir.TEMPORARY_PREFIX)
-
-
-def _predecessors(blocks, label):
-  return [b.label for b in blocks.values() if label in successors(b.terminator)]
 
 
 class _Names:

@@ -458,6 +458,13 @@ _CHAIN, _IF_ELSE = "__autobatch_chain__", "__autobatch_if_else__"
 SELECT = "__autobatch_select__"      # what block fusion turns a copy under a branch into
 
 
+def select(target, cond, if_true, if_false, reads, line):
+  """`target = select(cond, if_true, if_false)` (two expressions, reading `reads`): how the
+  passes after the frontend (block fusion, call merging) write a choice between values."""
+  return ir.Assign((target,), f"{SELECT}({ir.local_name(cond)}, {if_true}, {if_false})",
+                   tuple(dict.fromkeys((cond,) + tuple(reads))), line)
+
+
 def _boolean(x):
   return tf.cast(x, tf.bool)
 

@@ -49,6 +49,16 @@ def live_out(program, block):
   return frozenset().union(*[program.live_in[s] for s in successors(block.terminator)])
 
 
+def predecessors(blocks, label):
+  """The labels of `blocks` (label -> block) that go or return to `label`."""
+  found = []
+  for other in blocks.values():
+    returns = [i.label for i in other.body if isinstance(i, ir.PushReturn)]
+    if label in successors(other.terminator) or label in returns:
+      found.append(other.label)
+  return found
+
+
 def successors(term):
   if isinstance(term, ir.Goto):
     return (term.label,)
