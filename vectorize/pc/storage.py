@@ -66,12 +66,13 @@ class Stacks:
                           lambda: tf.concat([buffer, tf.zeros_like(buffer)], 1),
                           lambda: buffer))
 
-  def written(self, indices, rows, values, lanes):
+  def written(self, indices, rows, values, lanes, xla=False):
     """The stacks with staged pushes applied: `indices` [pushes] names each push's stack,
     `rows` [pushes, batch] its rows (-1 or past the depth: none), `values` [pushes, batch,
     ...] its values."""
     depth = self.depth()
-    rows = tf.where((rows < 0) | (rows > depth), depth, rows)   # no write: the discard row
+    # No write: the discard row, or under XLA (its scatter skips rows out of range) none.
+    rows = tf.where((rows < 0) | (rows > depth), depth + 1 if xla else depth, rows)
     where = tf.stack([tf.broadcast_to(indices[:, None], tf.shape(rows)), rows,
                       tf.broadcast_to(lanes[None, :], tf.shape(rows))], axis=-1)
     return Stacks(tf.tensor_scatter_nd_update(self.buffer, where, values))

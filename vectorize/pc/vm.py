@@ -170,7 +170,8 @@ class _Machine:
       slots, stacked = tf.switch_case(k, [
           lambda block=block: self.block(block, files, stacks, members)
           for block in self.blocks])
-    files = self.registers.written(files, k, slots)
+    xla = self.masked and engine_bridge.compiled_by_xla()
+    files = self.registers.written(files, k, slots, xla)
     if self.masked:
       pushed, stacked = stacked, dict(stacks)
       for key, values in pushed.items():
@@ -179,7 +180,7 @@ class _Machine:
         rows = tf.gather(files[pointer_key], pointers) - 1
         rows = tf.where(valid[:, None] & members.mask[None, :], rows, -1)
         indices = tf.gather(tf.constant(self.stacks.targets[key]), k)
-        stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes).buffer
+        stacked[key] = Stacks(stacks[key]).written(indices, rows, values, self.lanes, xla).buffer
     return [{"files": files, "stacks": stacked,
              "next": self.next_block(self.registers.read(files, "pc"))}]
 
