@@ -88,7 +88,7 @@ def borrowing_lanes(mask, lanes=None, first=None):
   return tf.where(mask, lanes, first)
 
 
-def at_rows(ctx, rows, static_n=None, live=None):
+def at_rows(ctx, rows, static_n=None, live=None, n=None):
   """The Context of the iterations at `rows` (positions in `ctx`'s stacked tensors): a
   subset (Partitioned) or every lane with borrowed rows (Masked, `static_n` kept, `live`
   the `[n]` mask of the lanes whose results count, within those live in `ctx`).
@@ -97,7 +97,8 @@ def at_rows(ctx, rows, static_n=None, live=None):
   folding gave a Size of the live positions its value at the loop's entry (a conditional
   in the loop then split n = 3 positions by 2 predicates; fuzz seeds 1000903, 1001433).
   """
-  return dataclasses.replace(ctx, n=tf.shape(rows, out_type=tf.int32)[0],
+  n = tf.shape(rows, out_type=tf.int32)[0] if n is None else n
+  return dataclasses.replace(ctx, n=n,
                              indices=tf.gather(ctx.indices, rows), static_n=static_n,
                              target=ctx.target.inside(_live_at(ctx, rows, live)))
 
@@ -154,7 +155,9 @@ class Partitioned(ActiveSet):
 
   def split(self, ctx, branch_index, num_branches):
     positions = tf.dynamic_partition(tf.range(ctx.n), branch_index, num_branches)
-    return [Part(at_rows(ctx, p), p, tf.size(p) > 0, 0) for p in positions]
+    counts = tf.math.bincount(branch_index, minlength=num_branches, maxlength=num_branches)
+    return [Part(at_rows(ctx, p, n=counts[k]), p, counts[k] > 0, 0)
+            for k, p in enumerate(positions)]
 
   def merge(self, parts, outputs):
     """The branches' stacked outputs put back in iteration order."""

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from vectorize.errors import ConversionError
 from tests import testing
 
 RNG = np.random.default_rng(3)
@@ -350,17 +351,16 @@ def test_gradient_list_of_a_per_iteration_length_and_run_time_element_shape(n, m
                              mode=mode)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason="active_set.py "
-                   "or TF's Grappler: with a static n, constant folding gives a part of a "
-                   "partitioned conditional another part's size (a TensorList intermediate "
-                   "under a tape; 'data[1].shape = [1] does not start with indices[1].shape "
-                   "= [3]' in DynamicStitch); passes with n known at run time, with "
-                   "constant folding off, or with the predicate's data passed as a "
-                   "tf.function argument instead of a captured constant")
-def test_gradient_list_in_one_branch_with_a_static_n():
-  """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other)."""
-  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, 4,
-                             mode="function")
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_list_in_one_branch_with_a_static_n(n, mode):
+  """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other): Grappler's
+  constant folding gave one part of the partitioned conditional the other part's size (the
+  Shape of a DynamicPartition output, whose values graph building had folded: 'data[1].shape
+  = [1] does not start with indices[1].shape = [3]' in DynamicStitch). A part's size is now
+  counted from the branch indices (as test_a_branch_no_iteration_takes_with_a_loop)."""
+  testing.check_against_loop(_gradient_of_a_tensor_array_gather_in_one_branch, n,
+                             mode=mode)
 
 
 X10 = tf.constant([[0.5], [-1.], [2.], [0.3]])
@@ -417,9 +417,18 @@ def _fuzz_3670270(i):
   return tf.cond(tf.equal(tf.math.floormod(i, 2), 0), slices, loops)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
-    "fuzz seed 3670270 (campaign 9), pre-existing (40c6b7a fails alike): at n = 1 the branch "
-    "no iteration takes still gathers row 0 of an empty value ('indices[0] = 0 is not in "
-    "[0, 0)', GatherV2 in pfor's graph); a loud run-time error, not a wrong answer"))
-def test_a_branch_no_iteration_takes_with_a_loop_at_n1():
-  testing.check_against_loop(_fuzz_3670270, 1, mode="eager")
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_branch_no_iteration_takes_with_a_loop(n, mode):
+  """Fuzz seed 3670270: at n = 1 the loop's branch has no iteration, a fact TensorFlow's
+  graph-building shape inference folds in (its positions are a constant [0] range); its
+  size was read as the Shape of that DynamicPartition output, which Grappler's constant
+  folding gave as 1: the branch gathered row 0 of an empty value ('indices[0] = 0 is not in
+  [0, 0)'). A branch's size is now counted from the branch indices."""
+  testing.check_against_loop(_fuzz_3670270, n, mode=mode)
+
+
+def test_a_branch_no_iteration_takes_with_a_loop_under_xla_is_refused_clearly():
+  """(Its `[:i]` slice has a per-iteration length, which XLA cannot take.)"""
+  with pytest.raises(ConversionError, match="its length differs per iteration"):
+    testing.run_pfor(_fuzz_3670270, 1, mode="xla")
