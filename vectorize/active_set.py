@@ -96,6 +96,8 @@ def at_rows(ctx, rows, static_n=None, live=None, n=None):
   n is read with Shape, not Size: in a loop over a shrinking set, Grappler's constant
   folding gave a Size of the live positions its value at the loop's entry (a conditional
   in the loop then split n = 3 positions by 2 predicates; fuzz seeds 1000903, 1001433).
+  `n` is given where it is counted otherwise: a DynamicPartition's outputs, whose Shape
+  Grappler's constant folding gave another output's size (fuzz seeds 3670270, 1003004).
   """
   n = tf.shape(rows, out_type=tf.int32)[0] if n is None else n
   return dataclasses.replace(ctx, n=n,
