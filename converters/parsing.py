@@ -13,8 +13,9 @@ a batch: see per_row.py.)
 import tensorflow as tf
 
 from converters.per_row import check
+from vectorize import ragged
 from vectorize import values
-from vectorize.errors import Unvectorizable
+from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import register_leading_batch
 from vectorize.registry import register
 from vectorize.values import invariant, stacked
@@ -155,5 +156,35 @@ def _convert_decode_proto(op):
     return [stacked(tf.identity(t)) for t in [sizes] + fields]
 
 
-register_leading_batch("DecodeCSV", "DecodeCompressed", "DecodeJSONExample", "DecodePaddedRaw",
-                       "DecodeRaw")
+register_leading_batch("DecodeCSV", "DecodeCompressed", "DecodeJSONExample", "DecodePaddedRaw")
+
+
+@register("DecodeRaw")
+def _convert_decode_raw(op):
+  """The iterations' byte strings decode as one batch where all have one length. A string
+  per iteration whose length may differ (audio, a record of its own size) decodes ragged
+  where every use takes a ragged value (`ragged.uses_take_ragged`): all strings joined and
+  decoded at once, each iteration's count of numbers its row length. Elsewhere the lengths
+  are checked equal, with a message naming the op (the kernel's own names neither)."""
+  raw, out_type = op.stacked(0), op.attr("out_type")
+  lengths = tf.strings.length(raw)
+  size = out_type.size
+  if (values.rank(raw) == 1 and not op.ctx.target.static_shapes
+      and ragged.uses_take_ragged(op.op.outputs[0])):
+    whole = check(tf.equal(lengths % size, 0), (
+        f"vectorize: {op.op.name}{user_location(op.op)}: tf.io.decode_raw to {out_type.name} "
+        f"needs byte strings whose length is a multiple of {size}"))
+    with tf.control_dependencies([whole]):
+      flat = tf.io.decode_raw(tf.strings.reduce_join(raw), out_type,
+                              little_endian=op.attr("little_endian"))
+    return ragged.ragged(flat, lengths // size)
+  flat_lengths = tf.reshape(lengths, [-1])
+  same = check(tf.equal(flat_lengths, flat_lengths[:1]), (
+      f"vectorize: {op.op.name}{user_location(op.op)}: tf.io.decode_raw in a vectorized loop "
+      "reads byte strings of different lengths in different iterations, so the decoded "
+      "values differ in size; where the decoded values are only reduced, reshaped to a "
+      "fixed shape or used elementwise they are taken ragged, but this one reaches an op "
+      "or output that needs one size. To fix: pad the strings to one length (or use "
+      "tf.io.decode_raw(..., fixed_length=k)), or decode outside the vectorized function"))
+  with tf.control_dependencies([same]):
+    return stacked(op.rebuild([tf.identity(raw)])[0])

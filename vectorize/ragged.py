@@ -318,6 +318,22 @@ def register_multi_axis_producer(*op_types):
   return registry.register(*op_types, kind=registry.MULTI_AXIS_PRODUCER)
 
 
+def uses_take_ragged(tensor):
+  """Whether every use of `tensor` has a ragged converter, and so on down through the uses
+  whose outputs the graph does not know whole (a value the graph knows again is stacked
+  again): a producer may then make it ragged without a ragged value reaching the body's
+  outputs, where the loop stacks it dense whenever the iterations agree."""
+  uses = tensor.consumers()
+  if not uses or any(tensor is t for t in getattr(tensor.graph, "outputs", ())):
+    return False
+  for use in uses:
+    if registry.converter_of(use, registry.RAGGED) is None:
+      return False
+    if not all(t.shape.is_fully_defined() or uses_take_ragged(t) for t in use.outputs):
+      return False
+  return True
+
+
 def _multi_axis_uses_only(tensor):
   """Whether every use of `tensor` has a multi-axis converter that accepts it, and so on
   down through the uses whose outputs the graph does not know whole."""
