@@ -223,8 +223,12 @@ def settle(value, static_shape, ctx):
       rows.values.set_shape(tf.TensorShape([None]).concatenate(static_shape[k:]))
     return value
   sizes = rows.row_lengths if rows.dims is None else rows.dims
+  if static_shape.rank == 0:      # a scalar per iteration (a reshape to []): one element each
+    expected = 1
+  else:
+    expected = static_shape[:k].as_list() if k > 1 else static_shape[0]
   check = tf.debugging.Assert(
-      tf.reduce_all(tf.equal(sizes, static_shape[:k].as_list() if k > 1 else static_shape[0])),
+      tf.reduce_all(tf.equal(sizes, expected)),
       [f"vectorize: a value of per-iteration shape {static_shape} has other sizes in some "
        "iterations:", sizes], summarize=20)
   n = ctx.static_n if ctx.static_n is not None else ctx.n

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests import testing
 from tests.converters.test_ragged import LIMS, N, STARTS, X, assert_equal_to_loop, _reference
 
 STRINGS = tf.constant(["a bc d", "", "ef", "g h i j", "k"])
@@ -223,3 +224,17 @@ def test_a_range_of_invariant_length_keeps_tf_range_checks():
 def test_a_length_that_differs_per_iteration_stays_ragged():
   body = _from_start(lambda s, k: tf.range(s, 2 * s + k))
   assert isinstance(_run(body, N, "function"), tf.RaggedTensor)
+
+
+_ONE_HOT_ROWS = tf.constant([[0.0, 3.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, -2.0], [0.0, 7.0, 0.0]])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+def test_a_ragged_value_reshaped_to_a_scalar_is_stacked(mode):
+  """Each iteration's one nonzero entry, reshaped to a scalar (as NMS's padded form does
+  with its count): the ragged value settles to one element per iteration (the walker
+  raised an IndexError on a rank-0 shape; code-blind round 13)."""
+  def body(i):
+    row = _ONE_HOT_ROWS[i]
+    return tf.reshape(tf.boolean_mask(row, tf.not_equal(row, 0.0)), []) * 2.0
+  testing.check_against_loop(body, 4, mode=mode)
