@@ -152,6 +152,16 @@ def _reader(value):
     return lambda i: ragged.row(value.tensor, i, splits)
   if value.stacked:
     return lambda i: tf.gather(value.tensor, i)
+  known = _small_constant(value.tensor)
+  if known is not None:   # made again inside the loop: a capture would lose its value,
+    return lambda i: tf.constant(known, value.tensor.dtype)   # which shape inputs need
   return lambda i: value.tensor
 
 
+def _small_constant(tensor):
+  """The value of a small tensor the graph knows (an op's shape or size argument: a
+  `RaggedTensorToTensor` needs its `shape` known, -1 for unknown), else None."""
+  size = tensor.shape.num_elements()
+  if size is None or size > 64 or tensor.dtype in (tf.resource, tf.variant):
+    return None
+  return tf.get_static_value(tensor)

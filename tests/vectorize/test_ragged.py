@@ -238,3 +238,16 @@ def test_a_ragged_value_reshaped_to_a_scalar_is_stacked(mode):
     row = _ONE_HOT_ROWS[i]
     return tf.reshape(tf.boolean_mask(row, tf.not_equal(row, 0.0)), []) * 2.0
   testing.check_against_loop(body, 4, mode=mode)
+
+
+_PADDED_ROWS = tf.constant([[1, 2, 0], [3, 0, 0], [0, 0, 0], [4, 5, 6]])
+
+
+def test_a_fallback_keeps_a_constant_shape_argument_known():
+  """`RaggedTensorToTensor` falls back; its `shape` argument (-1: unknown) must stay a
+  constant inside the fallback's loop, where a capture loses the value TensorFlow needs
+  ('Received a shape scalar with unknown static value'; code-blind round 13)."""
+  body = lambda i: tf.RaggedTensor.from_tensor(_PADDED_ROWS[i][None], padding=0).to_tensor()
+  out = vectorize.pfor(body, 4)
+  want = tf.ragged.stack([body(tf.constant(i)) for i in range(4)])
+  assert out.to_list() == want.to_list()
