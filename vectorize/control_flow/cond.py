@@ -225,6 +225,8 @@ def _stacked_choice(op, graphs, branch_index):
                                       for graph, part in zip(graphs, parts)])
   results = _constants_of_every_branch(op, graphs)
   same = [k for k in range(len(op.op.outputs)) if k not in sized and k not in results]
+  for k in same:   # sizes the branch graphs left unknown may differ once converted
+    _check_same_later_axes(op, k, [_per_iteration_shape(outs[k]) for outs in outputs])
   merged = ctx.target.active_set.merge(parts, [[outs[k] for k in same] for outs in outputs])
   results.update(zip(same, (Value(t, True) for t in merged)))
   for k in sized:
@@ -266,6 +268,14 @@ def _sizes_by_branch(op, graphs):
             "on the branch taken, and static shapes (XLA) cannot hold per-iteration sizes")
       sized.append(k)
   return sized
+
+
+def _per_iteration_shape(stacked):
+  """The static shape of one iteration's value in a branch's stacked output (unknown for
+  a list or ragged value)."""
+  if not isinstance(stacked, tf.Tensor) or stacked.shape.rank is None:
+    return tf.TensorShape(None)
+  return stacked.shape[1:]
 
 
 def _check_same_later_axes(op, k, shapes):
@@ -330,10 +340,9 @@ def _run_part(op, graph, part, args):
 
   if not _zeros_can_stand_for(op.op.outputs):
     return run()
-  # Read with Shape, as the part's n is: with a static n, Grappler's constant folding gave
-  # a Size of the positions a wrong value (fuzz seed 1003004 at n = 2).
-  taken = tf.shape(part.rows)[0] > 0 if part.mask is None else part.taken
-  return _as_list(_unlowered_cond(taken, run,
+  # The part's count, not a Size or Shape of its positions: with a static n, Grappler's
+  # constant folding gave those wrong values (fuzz seeds 1003004, 3670270).
+  return _as_list(_unlowered_cond(part.taken, run,
                                   lambda: _zeros(part.skipped_n, op.op.outputs)))
 
 

@@ -432,3 +432,19 @@ def test_a_branch_no_iteration_takes_with_a_loop_under_xla_is_refused_clearly():
   """(Its `[:i]` slice has a per-iteration length, which XLA cannot take.)"""
   with pytest.raises(ConversionError, match="its length differs per iteration"):
     testing.run_pfor(_fuzz_3670270, 1, mode="xla")
+
+
+_IMAGES = tf.reshape(tf.range(4 * 8 * 6 * 3, dtype=tf.float32), [4, 8, 6, 3])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_branches_of_sizes_known_only_once_converted_are_refused_clearly(mode):
+  """A slice `x[i, :, :2]` leaves the branch graphs' shapes partly unknown ((8, None, 3) and
+  (None, 8, 3)); converted, they are (8, 2, 3) and (2, 8, 3), which the merge met as a
+  DynamicStitch shape error (code-blind round 13): now the clear refusal of branches of
+  different shapes."""
+  def body(i):
+    y = _IMAGES[i, :, :2]
+    return tf.cond(i % 2 == 0, lambda: y, lambda: tf.transpose(y, [1, 0, 2]))
+  with pytest.raises(ConversionError, match=r"\(8, 2, 3\) or \(2, 8, 3\) depending on the "):
+    testing.run_pfor(body, 4, mode=mode)
