@@ -775,10 +775,7 @@ def _varlen_generator():
     yield np.arange(k % 4, dtype=np.float32)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
-    "map_and_batch over a dataset of dense elements of different lengths (spec [None]) "
-    "batches the inputs first and fails at iteration ('Cannot batch tensors with different "
-    "shapes'), where map(fn).batch works since fn pads them; not refused when applied"))
+# Was a failure at iteration (round 13): elements of spec [None] are now batched ragged.
 def test_map_and_batch_variable_length_dense_elements_padded_in_fn():
   ds = tf.data.Dataset.from_generator(_varlen_generator,
                                       output_signature=tf.TensorSpec([None], tf.float32))
@@ -789,9 +786,7 @@ def test_map_and_batch_variable_length_dense_elements_padded_in_fn():
   assert_pipeline(ds, pad, 3)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "map_and_batch rejects a Python str output ('loop_fn returned an object of type str') "
-    "that Dataset.map accepts (converted to a string tensor)"))
+# Was a TypeError (round 13): Python values fn returns are tensors, as Dataset.map takes them.
 def test_map_and_batch_python_string_constant_output():
   ds = tf.data.Dataset.from_tensor_slices(tf.range(5.0))
   assert_pipeline(ds, lambda x: (x * 2, "tag"), 2)

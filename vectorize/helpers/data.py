@@ -65,7 +65,10 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
     A function `Dataset -> Dataset`, for `dataset.apply(...)`.
 
   Raises (when applied):
-    TypeError: the dataset's elements hold ragged or sparse tensors or nested datasets.
+    TypeError: the dataset's elements hold ragged or sparse tensors or nested datasets, or
+      a dense tensor whose size may differ between elements past its first axis (one whose
+      first axis may differ, a spec of `[None]` or `[None, 3]`, is batched ragged and fn
+      sees each element at its own size, as map then batch gives it).
     ConversionError: fn calls Python (`tf.py_function`, `tf.numpy_function`) per element;
       or, with the fallback off, an op cannot be vectorized or fn reads and writes a
       `tf.Variable` with per-element values in an order-dependent way (with the fallback on,
@@ -87,11 +90,11 @@ def map_and_batch(fn, batch_size, drop_remainder=False, num_parallel_calls=None,
   def apply(dataset):
     _check_dense(dataset.element_spec)
     vectorized, carried = _int32_as_uint32(_vectorized(fn, fallback_to_while_loop))
-    batched = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    batched = _batches(dataset, batch_size, drop_remainder)
     mapped = _MapBatches(batched, vectorized, num_parallel_calls)
     if drop_remainder and whole_body_loop.writes_variables(mapped.function.graph):
       # map(fn) runs fn on the elements batch() drops after it: their effects count.
-      mapped = _full_batches(_MapBatches(dataset.batch(batch_size), vectorized,
+      mapped = _full_batches(_MapBatches(_batches(dataset, batch_size), vectorized,
                                          num_parallel_calls), batch_size)
     return _restore_int32(mapped, carried)
 
@@ -190,6 +193,25 @@ def _restore_int32(dataset, carried):
   return dataset.map(restore)
 
 
+def _batches(dataset, batch_size, drop_remainder=False):
+  """The batches fn's elements come from: `batch()`, or where a component's size may differ
+  between elements (a spec of `[None]`: a sequence, a record of its own length) a ragged
+  batch, whose rows fn sees at their own sizes, as map then batch gives them to it."""
+  specs = tf.nest.flatten(dataset.element_spec)
+  if all(spec.shape.is_fully_defined() for spec in specs):
+    return dataset.batch(batch_size, drop_remainder=drop_remainder)
+  for path, spec in nest.flatten_with_joined_string_paths(dataset.element_spec):
+    shape = spec.shape
+    if shape.rank is None or not shape[1:].is_fully_defined():
+      raise TypeError(
+          f"map_and_batch: the dataset element at {path or '<top level>'} has shape {shape}: "
+          "its size may differ between elements in an axis after its first (or its rank is "
+          "unknown), which a batch cannot hold for fn's rows. To fix: give the element a "
+          "shape known past its first axis (tf.ensure_shape or a reshape in an earlier "
+          "map), or use dataset.map(fn).batch(...).")
+  return dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
+
+
 def _check_dense(element_spec):
   for path, spec in nest.flatten_with_joined_string_paths(element_spec):
     if not isinstance(spec, tf.TensorSpec):
@@ -214,15 +236,18 @@ def _vectorized(fn, fallback):
     flat = tf.nest.flatten(batch)
     if not flat:
       raise ValueError("map_and_batch: the dataset's elements hold no tensor.")
-    static_n = dims.leading(flat[0])
+    first = flat[0]
+    static_n = dims.leading(first)
     # The last batch may be smaller: n is read from the batch.
-    n = static_n if static_n is not None else tf.shape(flat[0], out_type=tf.int32)[0]
+    n = static_n if static_n is not None else (
+        first.nrows(out_type=tf.int32) if isinstance(first, tf.RaggedTensor)
+        else tf.shape(first, out_type=tf.int32)[0])
 
     element = []   # fn's outputs for one element, as traced
 
     def loop_fn(i):
-      element[:] = [fn(*tf.nest.map_structure(lambda t: tf.gather(t, i), batch))]
-      return element[0]
+      element[:] = [fn(*tf.nest.map_structure(lambda t: _row(t, i), batch))]
+      return tf.nest.map_structure(_as_value, element[0])
 
     try:
       outputs = api.pfor_in_graph(loop_fn, n, fallback, None, is_a_size=True)
@@ -236,6 +261,22 @@ def _vectorized(fn, fallback):
     return _typed_as_batches(outputs, element[0], static_n, fn)
 
   return vectorized_fn
+
+
+def _row(batch, i):
+  """Element i of a batch: a row of a tensor, or of a ragged batch at its own size (a
+  gather over a range of per-element bounds, which converts to a ragged value)."""
+  if isinstance(batch, tf.RaggedTensor):
+    splits = batch.row_splits
+    return tf.gather(batch.values, tf.range(splits[i], splits[i + 1]))
+  return tf.gather(batch, i)
+
+
+def _as_value(output):
+  """A Python number or string fn returns, as `Dataset.map` takes it: a tensor."""
+  if isinstance(output, (tf.Tensor, composite_tensor.CompositeTensor, tf.Operation)):
+    return output
+  return tf.convert_to_tensor(output)
 
 
 def _typed_as_batches(outputs, element, static_n, fn):
