@@ -7,8 +7,9 @@ sizes); the walker picks that form only where every use of the image takes it, s
 that are decoded and then returned keep the dense converter. A resize to a fixed size reads
 every output pixel's source pixels by gathers from the concatenated pixels, with the
 kernels' own coordinate arithmetic, per image, and gives a stacked tensor again: no loop
-after the decode. Where the images turn out to have one size, the resize kernel runs on
-them as a batch instead (with no conditional: the other side gets no images).
+after the decode (area and ScaleAndTranslate resizes, with no gather form here, run their
+kernel per image in a loop instead). Where the images turn out to have one size, the resize
+kernel runs on them as a batch (with no conditional: the other side gets no images).
 """
 
 import numpy as np
@@ -248,6 +249,58 @@ def _convert_resize(op):
                            tf.slice(rows.dims, tf.stack([whole, 0]), [-1, -1]))
   out = tf.concat([op.rebuild([batch, op.invariant(1)])[0], _resize_each(op, rest)], 0)
   return stacked(tf.expand_dims(out, 1))
+
+
+def _one_image_to_a_fixed_size(op):
+  """An op on one image per iteration (`[1, h, w, c]`, c known) whose output size the
+  graph knows (past its batch axis of 1)."""
+  shape = op.inputs[0].shape
+  return (shape.rank == 4 and shape[0] == 1 and shape[3] is not None
+          and op.outputs[0].shape[1:].is_fully_defined())
+
+
+@ragged.register_multi_axis("ResizeArea", "ScaleAndTranslate",
+                            accepts=_one_image_to_a_fixed_size)
+def _convert_resize_in_a_loop(op):
+  """Resizes with no gather form here (area; the antialiased and kernel methods, lanczos,
+  gaussian and mitchellcubic, which are ScaleAndTranslate): where the images have one
+  size, the op's own kernel on the batch; else each image at its own size through the
+  kernel, one per step of a loop, to the one output size: `[n, 1, h, w, c]`. (Its other
+  inputs, a scale from each image's size, are per iteration: the batch takes the first.)"""
+  rows = op.value(0).tensor
+  if rows.dims.shape[1] != 3:
+    raise Unvectorizable("a resize of images whose channels differ per iteration")
+  n = op.ctx.n
+  others = [op.value(k) for k in range(1, op.num_inputs)]
+  largest = tf.reduce_max(tf.concat([tf.ones([1, 3], tf.int32), rows.dims], 0), 0)
+  one_size = tf.reduce_all(tf.equal(rows.dims, largest))
+  whole = tf.where(one_size, n, 0)
+  size = tf.where(one_size, largest, 1)
+  channels = op.op.inputs[0].shape[3]
+  batch = tf.reshape(tf.slice(rows.values, [0, 0], tf.stack([whole * tf.reduce_prod(size), -1])),
+                     tf.concat([tf.reshape(whole, [1]), size[1:], [channels]], 0))
+  first = [_first_row(v.tensor) if v.stacked else v.tensor for v in others]
+  out_shape = op.op.outputs[0].shape
+  starts, dims = rows.row_starts, rows.dims
+
+  def resized(i, images):
+    h, w = dims[i, 1], dims[i, 2]
+    image = tf.reshape(tf.slice(rows.values, tf.stack([starts[i], 0]), tf.stack([h * w, -1])),
+                       tf.stack([1, h, w, channels]))
+    args = [tf.gather(v.tensor, i) if v.stacked else v.tensor for v in others]
+    return i + 1, images.write(i, op.rebuild([image] + args)[0][0])
+
+  count = n - whole
+  _, each = tf.while_loop(lambda i, _: i < count, resized, (0, tf.TensorArray(
+      op.op.outputs[0].dtype, size=count, element_shape=out_shape[1:])))
+  out = tf.concat([op.rebuild([batch] + first)[0], each.stack()], 0)
+  return stacked(tf.expand_dims(out, 1))
+
+
+def _first_row(t):
+  """Row 0 of `t`, or ones where it has none (n = 0: a scale the kernel takes)."""
+  ones = tf.ones(tf.concat([[1], tf.shape(t)[1:]], 0), t.dtype)
+  return tf.concat([t, ones], 0)[0]
 
 
 def _resize_each(op, rows):

@@ -58,6 +58,14 @@ BODIES = {
         tf.io.decode_png(SAME_SIZE[i], channels=3), [3, 7]),
     "one_size_nearest": lambda i: tf.image.resize(
         tf.io.decode_png(SAME_SIZE[i], channels=3), [6, 2], method="nearest"),
+    # no gather form: each image through the op's own kernel in a loop (code-blind round 13)
+    "area": _resized([4, 6], "area"),
+    "lanczos3": _resized([5, 5], "lanczos3"),
+    "gaussian_float": lambda i: tf.image.resize(
+        tf.image.convert_image_dtype(_png(i), tf.float32), [3, 8], method="gaussian"),
+    "bilinear_antialias": lambda i: tf.image.resize(_png(i), [4, 4], antialias=True),
+    "one_size_area": lambda i: tf.image.resize(
+        tf.io.decode_png(SAME_SIZE[i], channels=3), [2, 3], method="area"),
     "height_and_resized": lambda i: (tf.shape(_png(i))[0],
                                      tf.image.resize(_png(i), [3, 3], method="nearest")),
 }

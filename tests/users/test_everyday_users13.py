@@ -242,10 +242,8 @@ def test_decoded_images_of_own_sizes_resized(method):
   assert_same(vectorize.pfor(body, N_IMG), loop_stack(body, N_IMG), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=tf.errors.InvalidArgumentError, reason=(
-    "tf.image.resize of decoded images of different sizes fails at run time ('DecodePng ... "
-    "outputs of different sizes') for method='area' and antialias=True, though the README "
-    "says decoded images convert on their way to tf.image.resize"))
+# Was a run-time error (round 13): area and ScaleAndTranslate resizes of images of their
+# own sizes now run the kernel per image (converters/ragged_images.py).
 @pytest.mark.parametrize("method,antialias", [("area", False), ("bilinear", True)])
 def test_decoded_images_resized_area_or_antialias(method, antialias):
   def body(i):
