@@ -29,7 +29,7 @@ from vectorize import ragged
 from vectorize import values
 from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
-from vectorize.values import stacked
+from vectorize.values import invariant, stacked
 
 # ----------------------------------------------------------------------------------------
 # Small tensor helpers.
@@ -478,7 +478,12 @@ def _prepend(vector, value):
 @register("StridedSlice")
 def _convert_strided_slice(op):
   """Invariant bounds: one strided slice with a full slice for the loop axis in front and
-  the masks shifted by one entry. Bounds that differ per iteration: `_slice_by_plan`."""
+  the masks shifted by one entry. Bounds that differ per iteration: `_slice_by_plan`. One
+  size the traced graph knows, read from a shape (`tf.shape(x)[-1]` of x `[None, 2]`, whose
+  shape is read per iteration where its first axis differs), is that constant."""
+  known = _known_size(op)
+  if known is not None:
+    return invariant(values.constant(known, op.op.outputs[0].dtype))
   if op.is_stacked(3):
     raise Unvectorizable("strides differ per iteration")
   x = op.value(0)
@@ -489,6 +494,21 @@ def _convert_strided_slice(op):
   plan, new_axes = _strided_slice_plan(op, x)
   return _slice_by_plan(x, plan, new_axes, op.attr("Index"), _described("strided slice", op),
                         op.ctx.target)
+
+
+def _known_size(op):
+  """The size `shape[k]` picks where the traced graph knows it (k a constant index of a
+  Shape's output, that axis static), else None."""
+  shape = op.op.inputs[0]
+  if shape.op.type != "Shape" or op.attr("shrink_axis_mask") != 1 or any(
+      op.attr(m) for m in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask")):
+    return None
+  begin = tf.get_static_value(op.op.inputs[1])
+  dims = shape.op.inputs[0].shape
+  if (begin is None or dims.rank is None or len(begin) != 1
+      or not -dims.rank <= begin[0] < dims.rank):
+    return None
+  return dims[int(begin[0])]
 
 
 @register("StridedSliceGrad")

@@ -546,3 +546,20 @@ def test_broadcast_gradient_of_equal_per_iteration_lengths():
     return tape.gradient(y, [a, b])
   for n in (N, 0):
     assert_equal_to_loop(_run(body, n, "function"), _reference(body, n))
+
+
+_PAIRS = tf.constant([[2., 1.], [4., 3.], [0., 9.], [5., -1.]])
+
+
+def _sorted_rows(i):
+  """Each row of a value of per-iteration length sorted along its static axis: tf.sort reads
+  k = tf.shape(x)[-1], a size the traced graph knows (fuzz seed 3900068: it was read per
+  iteration and refused as a per-iteration k)."""
+  x = _PAIRS[:i + 1]
+  return tf.sort(x, axis=-1), tf.argsort(-x, axis=-1), tf.shape(x)[-1] * 3
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+def test_a_static_size_read_from_a_ragged_value_is_a_constant(n, mode):
+  assert_equal_to_loop(_run(_sorted_rows, n, mode), _reference(_sorted_rows, n))
