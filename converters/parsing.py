@@ -3,11 +3,12 @@
 The trick: a parse op reads a batch of records as readily as one, so the stacked records,
 loop axis first, go to ONE parse: `[n]` serialized tf.Examples -> `[n] + shape` per dense
 feature, `[n, b]` CSV lines -> `[n, b]` per column, `[n] + s` byte strings -> `[n] + s + [k]`
-numbers. Features whose size differs per record (sparse, ragged, variable-length sequence)
-would come back padded to the longest record of the whole batch, so they are refused (the op
-falls back) unless nothing reads them. A serialized tensor is read the same way: its TensorProto fields are decoded for
-all iterations at once and the raw contents reinterpreted. (Images have no kernel that decodes
-a batch: see per_row.py.)
+numbers (one byte string per record, of its own length: joined, decoded once, ragged).
+Features whose size differs per record (sparse, ragged, variable-length sequence) would come
+back padded to the longest record of the whole batch, so they are refused (the op falls
+back) unless nothing reads them. A serialized tensor is read the same way: its TensorProto
+fields are decoded for all iterations at once and the raw contents reinterpreted. (Images
+have no kernel that decodes a batch: see per_row.py.)
 """
 
 import tensorflow as tf
