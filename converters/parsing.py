@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from converters.per_row import check
 from vectorize import ragged
+from vectorize import registry
 from vectorize import values
 from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import register_leading_batch
@@ -164,7 +165,7 @@ register_leading_batch("DecodeCSV", "DecodeCompressed", "DecodeJSONExample", "De
 def _convert_decode_raw(op):
   """The iterations' byte strings decode as one batch where all have one length. A string
   per iteration whose length may differ (audio, a record of its own size) decodes ragged
-  where every use takes a ragged value (`ragged.uses_take_ragged`): all strings joined and
+  where every use takes a ragged value (`ragged.uses_take`): all strings joined and
   decoded at once, each iteration's count of numbers its row length. Elsewhere, and where
   every use reshapes to a shape the graph knows (a record's shape: one length, or the loop
   fails too), the lengths are checked equal, with a message naming the op."""
@@ -175,7 +176,7 @@ def _convert_decode_raw(op):
   pinned = all(use.type in ("Reshape", "EnsureShape") and use.outputs[0].shape.is_fully_defined()
                for use in decoded.consumers())
   if (values.rank(raw) == 1 and not op.ctx.target.static_shapes and not pinned
-      and ragged.uses_take_ragged(decoded)):
+      and ragged.uses_take(decoded, registry.RAGGED)):
     whole = check(tf.equal(lengths % size, 0), (
         f"vectorize: {op.op.name}{user_location(op.op)}: tf.io.decode_raw to {out_type.name} "
         f"needs byte strings whose length is a multiple of {size}"))

@@ -15,7 +15,7 @@ are held alike, those axes merged into one (`dims` holds each iteration's sizes 
 only where every use of the value has a converter for them (`register_multi_axis`), ending
 in ops whose output the graph knows whole (a resize to a fixed size): the producer
 (`register_multi_axis_producer`) is chosen by looking at the uses first
-(`_multi_axis_uses_only`). Elsewhere such a value stays with its dense converter. The other
+(`uses_take`). Elsewhere such a value stays with its dense converter. The other
 axes (`rest`) are the same in every iteration. A while loop reads a ragged value that it
 passes through unchanged (`take_iterations` gives each step its live iterations); otherwise
 conditionals and loops do not carry ragged values: an op with a ragged input and no ragged
@@ -322,32 +322,19 @@ def register_multi_axis_producer(*op_types):
   return registry.register(*op_types, kind=registry.MULTI_AXIS_PRODUCER)
 
 
-def uses_take_ragged(tensor):
-  """Whether every use of `tensor` has a ragged converter, and so on down through the uses
-  whose outputs the graph does not know whole (a value the graph knows again is stacked
-  again): a producer may then make it ragged without a ragged value reaching the body's
-  outputs, where the loop stacks it dense whenever the iterations agree."""
+def uses_take(tensor, kind):
+  """Whether every use of `tensor` has a converter for inputs of `kind` (`registry.RAGGED`,
+  `registry.MULTI_AXIS`) that accepts it, and so on down through the uses whose outputs the
+  graph does not know whole (a value the graph knows again is stacked again), none of them
+  an output of the body: a producer may then make that form, and the body's outputs stay
+  as the loop stacks them (dense wherever the iterations agree)."""
   uses = tensor.consumers()
   if not uses or any(tensor is t for t in getattr(tensor.graph, "outputs", ())):
     return False
   for use in uses:
-    if registry.converter_of(use, registry.RAGGED) is None:
+    if registry.converter_of(use, kind) is None:
       return False
-    if not all(t.shape.is_fully_defined() or uses_take_ragged(t) for t in use.outputs):
-      return False
-  return True
-
-
-def _multi_axis_uses_only(tensor):
-  """Whether every use of `tensor` has a multi-axis converter that accepts it, and so on
-  down through the uses whose outputs the graph does not know whole."""
-  uses = tensor.consumers()
-  if not uses or any(tensor is t for t in getattr(tensor.graph, "outputs", ())):
-    return False
-  for use in uses:
-    if registry.converter_of(use, registry.MULTI_AXIS) is None:
-      return False
-    if not all(t.shape.is_fully_defined() or _multi_axis_uses_only(t) for t in use.outputs):
+    if not all(t.shape.is_fully_defined() or uses_take(t, kind) for t in use.outputs):
       return False
   return True
 
@@ -361,4 +348,4 @@ def multi_axis_producer(op, target):
   shape = op.outputs[0].shape
   if shape.rank is None or sum(d is None for d in shape.as_list()) < 2:
     return None
-  return producer if _multi_axis_uses_only(op.outputs[0]) else None
+  return producer if uses_take(op.outputs[0], registry.MULTI_AXIS) else None
