@@ -293,11 +293,17 @@ def _probes(graph):
 
 
 def _for_a_gradient(t, outputs):
-  """An output of a conditional that only another conditional reads: under a tape, the
+  """An output of a conditional, or of a call (a function holding one: a gradient taken
+  inside the body), that only other conditionals or calls read: under a tape, the
   intermediates a branch exports for its gradient, undefined for the iterations that take
-  the other branch (the gradient's values are compared where they are used)."""
-  return (t.op.type in op_types.CONDITIONALS and not any(t is o for o in outputs) and
-          all(c.type in op_types.CONDITIONALS for c in t.consumers()))
+  the other branch (the gradient's values are compared where they are used; a second-order
+  gradient through a tf.cond reported garbage there: code-blind round 14)."""
+  return (t.op.type in _EXPORTING and not any(t is o for o in outputs)
+          and all(c.type in op_types.CALLS for c in t.consumers()))
+
+
+# Ops whose outputs may be a branch's intermediates: conditionals and plain function calls.
+_EXPORTING = (frozenset(op_types.CALLS) - op_types.CONTROL_FLOW) | op_types.CONDITIONALS
 
 
 def _random_ops(graph, order):
