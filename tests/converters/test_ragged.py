@@ -559,7 +559,6 @@ def _sorted_rows(i):
   return tf.sort(x, axis=-1), tf.argsort(-x, axis=-1), tf.shape(x)[-1] * 3
 
 
-@pytest.mark.parametrize("n", [0, 1, 4])
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
+@pytest.mark.parametrize("n,mode", [(4, "eager"), (0, "dynamic"), (1, "function")])
 def test_a_static_size_read_from_a_ragged_value_is_a_constant(n, mode):
   assert_equal_to_loop(_run(_sorted_rows, n, mode), _reference(_sorted_rows, n))

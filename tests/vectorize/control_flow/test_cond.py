@@ -351,8 +351,7 @@ def test_gradient_list_of_a_per_iteration_length_and_run_time_element_shape(n, m
                              mode=mode)
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("n,mode", [(4, "function"), (3, "eager")])
 def test_gradient_list_in_one_branch_with_a_static_n(n, mode):
   """Fuzz seed 1003004, static n = 4 (1 lane takes one branch, 3 the other): Grappler's
   constant folding gave one part of the partitioned conditional the other part's size (the
@@ -417,8 +416,7 @@ def _fuzz_3670270(i):
   return tf.cond(tf.equal(tf.math.floormod(i, 2), 0), slices, loops)
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "dynamic"])
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n,mode", [(1, "eager"), (1, "function"), (3, "dynamic")])
 def test_a_branch_no_iteration_takes_with_a_loop(n, mode):
   """Fuzz seed 3670270: at n = 1 the loop's branch has no iteration, a fact TensorFlow's
   graph-building shape inference folds in (its positions are a constant [0] range); its

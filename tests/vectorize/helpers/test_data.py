@@ -427,8 +427,8 @@ def _padded_summary(x):
           "total": tf.reduce_sum(x), "count": tf.shape(x)[0], "tag": "seq"}
 
 
-@pytest.mark.parametrize("width", [None, 3])
-@pytest.mark.parametrize("batch_size,drop_remainder", [(3, False), (3, True), (8, False)])
+@pytest.mark.parametrize("width,batch_size,drop_remainder", [
+    (None, 3, False), (3, 3, True), (None, 8, False)])
 def test_map_and_batch_of_elements_of_their_own_lengths_equals_map_then_batch(
     width, batch_size, drop_remainder):
   """Elements whose first axis differs (spec `[None]`) are batched ragged and fn sees each
