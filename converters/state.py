@@ -48,6 +48,7 @@ from converters import recurrences
 from vectorize import graph_io
 from vectorize import op_types
 from vectorize import ragged
+from vectorize import trace
 from vectorize import values
 from vectorize import whole_body_loop
 from vectorize.errors import Unvectorizable, user_location
@@ -345,9 +346,11 @@ def _convert_assign_add_variable_op(op):
 def _adds_in_the_loops_order(op, value):
   """Whether the additions are applied one after another from the variable's state (as the
   loop rounds them, and as the sequential reads see them, `recurrences.running_sums`) rather
-  than summed first: floats of per-iteration values, the variable's only write."""
+  than summed first: floats of per-iteration values, the variable's only write. Not in a
+  body another vectorization traces (a nested pfor): there the read and write would be a
+  read-modify-write to the outer one, which can sum an `AssignAdd` again."""
   kinds, _ = _ordered_accesses(op)
-  return (value.stacked and (value.dtype.is_floating or value.dtype.is_complex)
+  return (value.stacked and not trace.inside_a_traced_body() and (value.dtype.is_floating or value.dtype.is_complex)
           and sum(kind in _WRITES for _, kind in kinds) == 1)
 
 

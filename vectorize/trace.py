@@ -121,6 +121,7 @@ def trace(fn, input_specs, extra_args=(), name=None):
   result = {}
 
   def body(*args):
+    _tracing.depth = getattr(_tracing, "depth", 0) + 1
     try:
       out = fn(*args, *extra_args)
     except TypeError as e:
@@ -131,6 +132,8 @@ def trace(fn, input_specs, extra_args=(), name=None):
           "disable_v2_behavior), which a traced body cannot write. To fix: create it with "
           "use_resource=True (tf.compat.v1.get_variable(..., use_resource=True)), or call "
           f"tf.compat.v1.enable_resource_variables() first. ({e})") from None
+    finally:
+      _tracing.depth -= 1
     leaves = _flat_outputs(out, where)
     result["structure"] = out
     result["kinds"] = [kind for kind, _ in leaves]
@@ -186,6 +189,13 @@ def autograph_like_caller(fn):
 
 
 _attempt = threading.local()
+_tracing = threading.local()
+
+
+def inside_a_traced_body():
+  """Whether the caller builds ops inside a body being traced for vectorization: a pfor in
+  a pfor's body, whose output graph the outer one converts again."""
+  return getattr(_tracing, "depth", 0) > 0
 
 
 def _plain_first(trace_once):

@@ -176,3 +176,39 @@ def test_tensorflow_vectorized_map_inside_a_body(mode):
   actual = testing.run_pfor(body, OUTER, mode=mode)
   testing.assert_allclose(actual, testing.sequential(_loop(
       lambda i, j: tf.cond(X[i, j, 0] > 0, lambda: X[i, j] * 2.0, lambda: -X[i, j])), OUTER))
+
+
+
+def _adding_in_a_loop(v, i, j):
+  """Adds to `v` in a while loop of a per-(i, j) trip count; returns the loop's value."""
+  x = X[i, j, 0]
+  steps = tf.cast(tf.abs(x) * 2.0, tf.int32) + 1
+
+  def step(k, s):
+    v.assign_add(tf.tanh(s) * 0.5, read_value=False)
+    return k + 1, s + x
+
+  return tf.while_loop(lambda k, s: k < steps, step, (0, x))[1]
+
+
+def _adding_in_the_body(v, i, j):
+  v.assign_add(X[i, j, 1] * 0.5, read_value=False)
+  return X[i, j, 1]
+
+
+@pytest.mark.parametrize("mode", testing.MODES)
+@pytest.mark.parametrize("outer", [0, 1, 3])
+@pytest.mark.parametrize("inner", [_adding_in_a_loop, _adding_in_the_body])
+def test_commutative_additions_in_a_nested_pfor(inner, outer, mode):
+  """An inner pfor adds to a variable; the outer one sums the additions (fuzz seed 3900216:
+  refused, the inner pfor's in-order additions read as a read-modify-write to the outer)."""
+  v = tf.Variable(0.25)
+  got = testing.run_pfor(lambda i: vectorize.pfor(lambda j: inner(v, i, j), 2,
+                                                  fallback_to_while_loop=False), outer,
+                         mode=mode)
+  got_state = v.numpy()
+  v.assign(0.25)
+  want = testing.sequential(lambda i: tf.stack([inner(v, i, tf.constant(j)) for j in range(2)]),
+                            outer, output_spec=tf.TensorSpec([2], tf.float32))
+  testing.assert_allclose(got, want)
+  np.testing.assert_allclose(got_state, v.numpy(), rtol=1e-5)
