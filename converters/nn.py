@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from converters import backprop
 from vectorize import graph_io
+from vectorize.control_flow import cond
 from vectorize.errors import Unvectorizable
 from vectorize.family import (fold_into_batch, register_converter, register_leading_batch,
                               register_merge_batch, size_list)
@@ -455,18 +456,22 @@ def _convert_conv(op):
 def _convert_conv_backprop_input(op):
   """Invariant filter: fold. Invariant out_backprop: the filters packed into input channels,
   one op (per group). Both stacked: a forward convolution by patches."""
-  if not op.is_stacked(1):
+  groups = _groups(op, op.op.outputs[0], op.op.inputs[1].shape)
+  if not op.is_stacked(1) and not (groups > 1 and cond.in_unlowered_branch()):
     return (backprop.conv_input_gradient_as_conv(op) or
             fold_into_batch(op, (2,), sizes_input=0))
   _, window = _window(op)
   sizes = _channels_last_sizes(op, 0)
   f, dy = op.value(1).tensor, _channels_last_input(op, 2)
   n = loop_length(op.ctx)
-  groups = _groups(op, op.op.outputs[0], op.op.inputs[1].shape)
   if groups > 1:
     sizes = sizes[:-1] + [sizes[-1] // groups]
 
   def convert(f, dy):
+    if not op.is_stacked(1):   # a grouped filter where CPU has no grouped kernel: per group
+      folded = shape_vector([sizes[0] * n] + sizes[1:], op.op.inputs[0].dtype)
+      dx = op.rebuild([folded, f, merge_leading(dy)], _window_attrs(op, window))[0]
+      return split_leading(dx, n, dynamic_shape(dy)[1])
     if op.is_stacked(2):
       return _input_gradient_both_stacked(sizes, f, dy, window)
     packed_sizes = shape_vector(sizes[:-1] + [n * sizes[-1]], op.op.inputs[0].dtype)

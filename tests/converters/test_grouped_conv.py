@@ -76,3 +76,27 @@ def test_a_filter_gradient_with_one_side_per_iteration_converts_per_group():
   for body in (only_dy, only_x):
     testing.assert_allclose(testing.run_pfor(body, 3, fallback=False),
                             testing.sequential(body, 3), 1e-4)
+
+
+def _gradients_in_a_branch(i):
+  """Input and filter gradients of a grouped convolution in a branch some iterations take."""
+  def taken():
+    with tf.GradientTape() as tape:
+      tape.watch([X, F])
+      loss = tf.reduce_sum(tf.square(tf.nn.conv2d(X[i], F[1], 1, "VALID")))
+    dx, df = tape.gradient(loss, [X, F])
+    return dx[i], df[1]
+  return tf.cond(i < 2, taken, lambda: (X[i] * 0.5, F[2]))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "dynamic", "xla"])
+@pytest.mark.parametrize("n", [0, 3])
+def test_grouped_gradients_in_a_branch_some_iterations_take(n, mode, monkeypatch):
+  """The branch runs inside a function TensorFlow does not lower, where on CPU no oneDNN
+  kernel takes a grouped input gradient: it converts per group (fuzz seed 3950328: 'Gradients
+  for grouped convolutions are not supported on CPU')."""
+  if mode == "xla":
+    monkeypatch.delenv("VECTORIZE_CHECKED", raising=False)   # as above
+  want = testing.sequential(_gradients_in_a_branch, n, output_spec=(
+      tf.TensorSpec([1, 6, 6, 4], tf.float32), tf.TensorSpec([3, 3, 2, 6], tf.float32)))
+  testing.assert_allclose(testing.run_pfor(_gradients_in_a_branch, n, mode=mode), want, 1e-4)

@@ -367,7 +367,28 @@ def _unlowered_cond(pred, true_fn, false_fn):
   3100399; plain TF's `indexed_case` of constant indices shows it too).
   """
   index = tf.raw_ops.PlaceholderWithDefault(input=tf.where(pred, 0, 1), shape=[])
-  return cond_v2.indexed_case(index, [true_fn, false_fn], lower_using_switch_merge=False)
+  return cond_v2.indexed_case(index, [_marked_unlowered(true_fn), false_fn],
+                              lower_using_switch_merge=False)
+
+
+def _marked_unlowered(fn):
+  """`fn`, marking the branch graph it builds in as unlowered (`in_unlowered_branch`)."""
+  def marked():
+    tf.compat.v1.get_default_graph()._vectorize_unlowered = True  # pylint: disable=protected-access
+    return fn()
+  return marked
+
+
+def in_unlowered_branch():
+  """Whether ops are being built inside a branch of `_unlowered_cond`: such a branch runs as
+  a function, where on CPU TensorFlow's oneDNN rewrite does not reach (an Eigen kernel
+  without grouped-convolution gradients runs instead)."""
+  graph = tf.compat.v1.get_default_graph()
+  while graph is not None:
+    if getattr(graph, "_vectorize_unlowered", False):
+      return True
+    graph = getattr(graph, "outer_graph", None)
+  return False
 
 
 def _zeros_can_stand_for(outputs):
