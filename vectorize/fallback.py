@@ -12,6 +12,7 @@ import tensorflow as tf
 from vectorize import graph_io
 from vectorize import iteration_outputs
 from vectorize import ragged
+from vectorize import errors
 from vectorize.errors import ConversionError, user_location
 from vectorize.values import invariant
 
@@ -35,12 +36,7 @@ def run_sequentially(op, inputs, ctx):
   """
   if op.type.startswith("Optional"):
     raise ConversionError(
-        f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: TensorFlow "
-        "rewrote a tf.function's tf.cond to return its intermediates as Optionals, as it "
-        "does when a tape differentiates the function, and an Optional that differs per "
-        "iteration has no vectorized form. To fix: give vectorize the undecorated function "
-        "(`f.python_function`), or let vectorize see the tf.function before a tape "
-        "differentiates it eagerly.")
+        f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: {errors.OPTIONALS}.")
   if any(t.dtype == tf.variant for t in list(op.inputs) + list(op.outputs)):
     raise ConversionError(
         f"Cannot vectorize op {op.name!r} ({op.type}){user_location(op)}: it takes or makes a "

@@ -17,6 +17,7 @@ from tensorflow.python.ops import list_ops
 
 from vectorize import graph_io
 from vectorize import op_types
+from vectorize import errors
 from vectorize.errors import Unvectorizable
 
 
@@ -139,6 +140,8 @@ def as_dense(value):
 def element_spec(list_tensor):
   """(dtype, shape) of the elements of a TensorList tensor, from its handle data."""
   data = handle_data_util.get_resource_handle_data(list_tensor)
+  if list_tensor.op.type.startswith("Optional"):
+    raise Unvectorizable(errors.OPTIONALS)
   if not data.is_set or not data.shape_and_type:
     raise Unvectorizable(f"the element type of TensorList {list_tensor.name} is unknown")
   spec = data.shape_and_type[0]

@@ -148,9 +148,16 @@ def trace(fn, input_specs, extra_args=(), name=None):
   caller = tf.compat.v1.get_default_graph()
 
   def traced_graph():
-    with context.temporarily_disable_optionals_in_gradients(), \
-        tf.variable_creator_scope(functools.partial(_join_collections, caller)):
-      return tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
+    with tf.variable_creator_scope(functools.partial(_join_collections, caller)):
+      try:
+        with context.temporarily_disable_optionals_in_gradients():
+          return tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
+      except ValueError:
+        # With Optionals off, TensorFlow can give a branch's FakeParam a shape its gradient
+        # then clashes with ("Shapes (0, 3, 2) and (1, 3, 2) are not compatible", a slice
+        # in the untaken branch; fuzz seed 3670505). Traced as TensorFlow would, the body
+        # converts where no Optional is needed, and is refused clearly where one is.
+        return tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
 
   graph = _plain_first(traced_graph)
   traced = Traced(graph, result["structure"], result["kinds"], result["markers"])

@@ -446,3 +446,48 @@ def test_branches_of_sizes_known_only_once_converted_are_refused_clearly(mode):
     return tf.cond(i % 2 == 0, lambda: y, lambda: tf.transpose(y, [1, 0, 2]))
   with pytest.raises(ConversionError, match=r"\(8, 2, 3\) or \(2, 8, 3\) depending on the "):
     testing.run_pfor(body, 4, mode=mode)
+
+
+X505 = tf.constant(np.random.default_rng(5).standard_normal([4, 3, 2]), tf.float32)
+W505 = tf.constant(np.random.default_rng(6).standard_normal([3, 2]), tf.float32)
+
+
+def _tape_over_an_unused_cond_slicing(i, uses_the_cond=False):
+  """A tape inside the body over a cond whose untaken branch slices `x[i:i + 1]`."""
+  with tf.GradientTape() as tape:
+    tape.watch(W505)
+    a = tf.cond(tf.equal(i % 2, 0), lambda: W505 * 2.0, lambda: tf.squeeze(X505[i:i + 1], 0))
+    y = tf.reduce_sum(a * W505) if uses_the_cond else tf.reduce_sum(tf.square(W505))
+  return tape.gradient(y, W505)
+
+
+def _outer_gradient(n, mode, **kwargs):
+  def grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = vectorize.pfor(_tape_over_an_unused_cond_slicing, n, fallback_to_while_loop=False,
+                           **kwargs)
+      loss = tf.reduce_sum(out * x[0, :, :])
+    return out, tape.gradient(loss, x, unconnected_gradients="zero")
+  return (grad if mode == "eager" else tf.function(grad))(X505)
+
+
+@pytest.mark.parametrize("n,mode", [(1, "eager"), (3, "function")])
+def test_a_tape_over_a_cond_trace_fails_without_optionals(n, mode):
+  """Fuzz seed 3670505: traced with Optionals off (as pfor's trace does), TensorFlow gives
+  the untaken branch's FakeParam the shape (0, 3, 2) and the outer tape's gradient clashes
+  with (1, 3, 2) ('Shapes ... are not compatible'). The body is traced again as TensorFlow
+  would, and converts: the cond's Optionals are not needed."""
+  out, grad = _outer_gradient(n, mode)
+  want = tf.stack([_tape_over_an_unused_cond_slicing(tf.constant(i)) for i in range(n)])
+  testing.assert_allclose(out.numpy(), want.numpy())
+  np.testing.assert_allclose(grad[0].numpy(), tf.reduce_sum(want, 0).numpy(), rtol=1e-5)
+
+
+def test_a_cond_needing_optionals_is_refused_clearly():
+  body = functools.partial(_tape_over_an_unused_cond_slicing, uses_the_cond=True)
+  with tf.GradientTape() as tape:
+    tape.watch(X505)
+    with pytest.raises(vectorize.ConversionError, match="Optionals.*python_function.*"
+                       "tf.where of both branches"):
+      vectorize.pfor(body, 3, fallback_to_while_loop=False)
