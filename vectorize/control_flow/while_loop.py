@@ -366,7 +366,8 @@ def _run_body(body, values, flags, ctx, reads, state_tensors, write, sums=None):
   outputs, factor_values = outputs[:len(wanted)], outputs[len(wanted):]
   results = list(state_tensors)
   for j, k in enumerate(sums):
-    results[k] = sums[k].pushed(state_tensors[k], factor_values[2 * j:2 * j + 2], ctx)
+    results[k] = sums[k].pushed(state_tensors[k], factor_values[2 * j:2 * j + 2], ctx,
+                                step=state_tensors[0])
   for k, v in zip(wanted, outputs):
     if k in reads.values:
       results[k] = write(k, v)
@@ -430,26 +431,37 @@ class _SumOfProducts:
   gradient accumulated by a loop's gradient, one outer product per step and iteration):
   carried as the lists of the factors a and b, so that a step writes `[n] + a.shape` and
   `[n] + b.shape` instead of reading and writing `[n] + acc.shape`; after the loop, one
-  contraction over the steps gives the sum."""
+  contraction over the steps gives the sum. With static shapes (XLA) the lists have the
+  loop's bound of steps, reserved, each step setting its own row (rows no step sets stay
+  zero and add nothing)."""
 
-  def __init__(self, product):
+  def __init__(self, product, steps=None):
     self.product = product                    # the MatMul op of the body
     self.factors = list(product.inputs)       # a, b (body tensors)
+    self.steps = steps                        # the static bound of steps, where reserved
+
+  def _element_shape(self, t, ctx):
+    return tf.concat([tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0)
 
   def empty_factors(self, ctx):
-    return tuple(list_ops.empty_tensor_list(
-        tf.concat([tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0),
-        t.dtype) for t in self.factors)
+    if self.steps is not None:
+      return tuple(list_ops.tensor_list_reserve(self._element_shape(t, ctx), self.steps,
+                                                t.dtype) for t in self.factors)
+    return tuple(list_ops.empty_tensor_list(self._element_shape(t, ctx), t.dtype)
+                 for t in self.factors)
 
-  def pushed(self, lists_, factor_values, ctx):
+  def pushed(self, lists_, factor_values, ctx, step):
+    if self.steps is not None:
+      return tuple(list_ops.tensor_list_set_item(handle, step, stack(v, ctx.n))
+                   for handle, v in zip(lists_, factor_values))
     return tuple(list_ops.tensor_list_push_back(handle, stack(v, ctx.n))
                  for handle, v in zip(lists_, factor_values))
 
   def total(self, initial, lists_, ctx):
     """initial + sum over steps of a_t @ b_t, per iteration."""
     rows = [list_ops.tensor_list_stack(
-        handle, t.dtype, element_shape=tf.concat(
-            [tf.reshape(ctx.n, [1]), tf.constant(t.shape.as_list(), tf.int32)], 0))
+        handle, t.dtype, element_shape=self._element_shape(t, ctx),
+        num_elements=-1 if self.steps is None else self.steps)
             for handle, t in zip(lists_, self.factors)]         # [steps, n] + factor shape
     left = _steps_end_to_end(rows[0], contracted_last=not self.product.get_attr("transpose_a"))
     right = _steps_end_to_end(rows[1], contracted_last=self.product.get_attr("transpose_b"))
@@ -471,8 +483,13 @@ def _sums_of_products(op, cond_graph, body, flags, reads):
   matrix product of values it does not compute from them, where every iteration runs the
   loop's steps together (dynamic shapes: the factors' lists are written in place) and the
   factors are smaller than the product."""
-  if not lists.uniform_here(op.ctx):
+  steps = None
+  if op.ctx.target.subset:
     return {}
+  if not lists.uniform_here(op.ctx):   # static shapes: lists of the loop's static bound
+    steps = _static_bound_of_steps(op, body)
+    if steps is None:
+      return {}
   found = {}
   for k, flag in enumerate(flags):
     if not flag or k in reads.values or k >= len(body.graph.inputs):
@@ -487,8 +504,38 @@ def _sums_of_products(op, cond_graph, body, flags, reads):
     p, q = reversed(a.shape.as_list()) if product.get_attr("transpose_a") else a.shape
     r = b.shape[0] if product.get_attr("transpose_b") else b.shape[1]
     if q * (p + r) < p * r:
-      found[k] = _SumOfProducts(product)
+      found[k] = _SumOfProducts(product, steps)
   return found
+
+
+def _static_bound_of_steps(op, body):
+  """A static bound of the steps of a loop `tf.while_loop` made (while_v2), or None.
+
+  while_v2 counts the steps in variable 0 (its `loop_counter`, or a gradient loop's
+  `grad_counter`) and carries the `maximum_iterations` in variable 1 (-1 for none): the
+  loop's own, which its condition compares with the count, or for a gradient loop the
+  forward loop's, which bounds the forward steps the gradient loop retraces."""
+  if len(op.inputs) < 2 or op.is_stacked(0) or op.is_stacked(1) or \
+      not body.passes_through(1) or not _counts_steps(op, body):
+    return None
+  if not op.op.inputs[0].op.name.endswith(("loop_counter", "grad_counter")):
+    return None
+  bound = tf.get_static_value(op.invariant(1))   # a Max of constants (Keras) folds here
+  return None if bound is None or bound < 0 else int(bound)
+
+
+def _counts_steps(op, body):
+  """Whether loop variable 0 starts at 0 and each step adds 1 to it."""
+  if tf.get_static_value(op.op.inputs[0]) != 0:
+    return False
+  out = body.outputs[0]
+  while out.op.type == "Identity":
+    out = out.op.inputs[0]
+  if out.op.type not in ("AddV2", "Add"):
+    return False
+  a, b = out.op.inputs
+  return ((a is body.graph.inputs[0] and tf.get_static_value(b) == 1) or
+          (b is body.graph.inputs[0] and tf.get_static_value(a) == 1))
 
 
 def _added_product(body, k):

@@ -19,12 +19,13 @@ def _looped(body, n):
   return tf.nest.map_structure(lambda *xs: tf.stack(xs)[:n], *outs)
 
 
-def _sums_after_loops(fn):
+def _sums_after_loops(fn, jit_compile=None):
   """How many sums of products the graph of `fn` (and the functions it calls) computes
   after a loop from their factors."""
+  graph = tf.function(fn, jit_compile=jit_compile).get_concrete_function().graph
   return sum(op.type.startswith("BatchMatMul") and
              op.name.rpartition("/")[2].startswith(while_loop.SUM_OVER_STEPS)
-             for op in testing.all_ops(tf.function(fn).get_concrete_function().graph))
+             for op in testing.all_ops(graph))
 
 
 def _rnn_weight_gradients(i):
@@ -64,6 +65,36 @@ def test_run_time_n_and_xla():
   compiled = tf.function(lambda: _pfor(_rnn_weight_gradients, 6), jit_compile=True)
   for g, w in zip(compiled(), _looped(_rnn_weight_gradients, 6)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def _rnn_stopping_early(i):
+  """An RNN whose loop stops (after 9 steps) before its bound (12): under XLA the factor
+  lists have the bound's rows, and the rows no step sets must add nothing."""
+  with tf.GradientTape() as tape:
+    w, u = tf.identity(W), tf.identity(U)
+    tape.watch([w, u])
+    xs = X[i]
+
+    def step(t, h):
+      return t + 1, tf.tanh(tf.matmul(xs[t][None], w) + tf.matmul(h, u))
+
+    _, h = tf.while_loop(lambda t, h: t < 9, step, (0, tf.zeros([1, 5])),
+                         maximum_iterations=12)
+    loss = tf.reduce_sum(h ** 2)
+  return tape.gradient(loss, [w, u])
+
+
+@pytest.mark.parametrize("n", [6, 0])
+@pytest.mark.parametrize("body", [_rnn_weight_gradients, _rnn_stopping_early])
+def test_under_xla_the_factors_fill_lists_of_the_loops_bound(body, n):
+  """Under XLA (static shapes, lists cannot grow) the factors are set at each step's row of
+  lists as long as the loop's static bound (its forward loop's, for a gradient loop):
+  the sums stay after the loop rather than `[n, 4, 5]` accumulators read and written at
+  every step."""
+  compiled = tf.function(lambda: _pfor(body, n), jit_compile=True)
+  for g, w in zip(compiled(), _looped(body, n)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+  assert _sums_after_loops(lambda: _pfor(body, 6), jit_compile=True) == 2
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False),
