@@ -14,6 +14,7 @@ from tensorflow.python.framework import tensor_util
 from tensorflow.python.ops import handle_data_util
 
 from converters import ragged_producers
+from vectorize import ragged
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.family import (register_axis_shift, register_invariant_output,
@@ -281,16 +282,23 @@ def _convert_pad(op):
     if op.ctx.static_n == 0 and not op.output_shape(0).is_fully_defined():
       raise Unvectorizable("per-iteration paddings with no iteration: nothing says how much "
                            "they add")
-    return stacked(pad_per_iteration(op.stacked(0), op.stacked(1), op.output_shape(0)))
+    out_shape = op.output_shape(0)
+    if op.ctx.target.static_shapes and not out_shape.is_fully_defined():
+      raise Unvectorizable("per-iteration paddings whose totals the trace does not know: "
+                           "under XLA every iteration's value needs one static shape. To "
+                           "fix: pad every iteration to one size known when tracing")
+    return stacked(pad_per_iteration(op.stacked(0), op.stacked(1), out_shape,
+                                     op.op.name))
   return stacked(op.rebuild([op.stacked(0), _paddings_with_loop_row(op, 1)])[0])
 
 
-def pad_per_iteration(x, paddings, out_shape):
+def pad_per_iteration(x, paddings, out_shape, name="tf.pad"):
   """`x` `[n, ...]` zero-padded by paddings `[n, r, 2]` that differ per iteration (the
   gradient of a slice at a per-iteration begin). The results stack only where each dim grows
-  by the same total in every iteration; dim by dim, each output position gathers the value
+  by the same total in every iteration (checked at run time where `out_shape`, per
+  iteration, does not know the dim); dim by dim, each output position gathers the value
   `before` places back, or a zero appended past the end where there is none. Dims stay
-  static where `out_shape` (per iteration) has them, as XLA needs."""
+  static where `out_shape` has them, as XLA needs."""
   rank = paddings.shape[1] if paddings.shape[1] is not None else values.rank(x) - 1
   paddings = tf.cast(paddings, tf.int32)
   for d in range(rank):
@@ -299,7 +307,10 @@ def pad_per_iteration(x, paddings, out_shape):
     if out_shape.rank is not None and out_shape[d] is not None:
       out_size = out_shape[d]
     else:   # the same in every iteration; with n = 0 no iteration says it: 0
-      out_size = size + tf.reduce_max(tf.concat([tf.reduce_sum(paddings[:, d], 1), [0]], 0))
+      out_size = size + ragged.agreed(tf.reduce_sum(paddings[:, d], 1), (
+          f"vectorize: {name}: the paddings of axis {d} add a different total in some "
+          "iterations, which pfor does not hold here. To fix: pad every iteration to one "
+          "size (and keep each one's length beside it), or run the body sequentially"))
     with_zero = tf.pad(x, [[0, 0]] * axis + [[0, 1]] + [[0, 0]] * (rank - axis))
     source = tf.range(out_size)[tf.newaxis, :] - paddings[:, d, 0][:, tf.newaxis]
     source = tf.where((source >= 0) & (source < size), source, size)    # [n, out_size]

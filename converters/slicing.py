@@ -650,8 +650,9 @@ def _convert_xla_dynamic_update_slice(op):
           values.per_iteration_shape(stacked(update), indices.dtype))
   begin = tf.minimum(tf.maximum(indices, 0), room)
   paddings = tf.stack([begin, room - begin], axis=2)             # [n, r, 2]
-  placed = shapes.pad_per_iteration(update, paddings, op.output_shape(0))
-  inside = shapes.pad_per_iteration(tf.ones_like(update, tf.bool), paddings, op.output_shape(0))
+  placed = shapes.pad_per_iteration(update, paddings, op.output_shape(0), op.op.name)
+  inside = shapes.pad_per_iteration(tf.ones_like(update, tf.bool), paddings, op.output_shape(0),
+                                    op.op.name)
   return stacked(tf.where(inside, placed, x))
 
 
