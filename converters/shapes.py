@@ -201,11 +201,34 @@ def _convert_broadcast_to(op):
 
 @register("Fill")
 def _convert_fill(op):
-  """A stacked scalar value: reshape it to `[n, 1, ..., 1]` and broadcast to `[n] + dims`."""
+  """A stacked scalar value: reshape it to `[n, 1, ..., 1]` and broadcast to `[n] + dims`.
+  Dims that differ per iteration in their first axis only (`tf.zeros([k])`, `tf.ones_like`
+  of a ragged value): a ragged value, as the loop's are."""
+  if op.is_stacked(0):
+    return _fill_of_per_iteration_length(op)
   dims = op.invariant(0)
   value = op.stacked(1)
   unit = _with_loop_len(op, tf.ones_like(dims))
   return stacked(tf.broadcast_to(tf.reshape(value, unit), _with_loop_len(op, dims)))
+
+
+def _fill_of_per_iteration_length(op):
+  out_shape = op.output_shape(0)
+  if not ragged.first_dim_varies(out_shape):
+    raise Unvectorizable("per-iteration dims that the graph leaves unknown past the first "
+                         "axis")
+  op.ctx.target.require_dynamic_shapes(op.op, "tf.fill (tf.zeros, tf.ones) of a size that "
+                                       "differs per iteration")
+  lengths = tf.cast(op.stacked(0), tf.int32)[:, 0]
+  rest = tf.constant(out_shape[1:].as_list(), tf.int32)   # the same in every iteration
+  rows = ragged.RaggedRows(tf.zeros([0]), lengths)
+  shape = tf.concat([tf.reshape(tf.reduce_sum(lengths), [1]), rest], 0)
+  value = op.value(1)
+  if value.stacked:   # each row the value of its iteration
+    row_values = tf.reshape(tf.gather(value.tensor, rows.row_ids),
+                            tf.concat([[-1], tf.ones_like(rest)], 0))
+    return ragged.ragged(tf.broadcast_to(row_values, shape), lengths)
+  return ragged.ragged(tf.fill(shape, value.tensor), lengths)
 
 
 # ----------------------------------------------------------------------------- joining, splitting

@@ -80,6 +80,10 @@ def _partition_and_stitch(data, partitions):
 BODIES = {
     "range": lambda i: tf.range(LIMS[i]),
     "range_sum": lambda i: tf.reduce_sum(tf.range(LIMS[i])),
+    # tf.fill / zeros / ones of a per-iteration length (session 22: refused before).
+    "zeros_of_length": lambda i: tf.zeros([LIMS[i]]),
+    "fill_rows_of_value": lambda i: tf.fill(tf.stack([LIMS[i], 2]), X[i, 0]),
+    "ones_like_ragged_sum": lambda i: tf.reduce_sum(tf.ones_like(_rows(i)) * W, 0),
     "range_start_limit_delta": lambda i: tf.range(STARTS[i], STARTS[i] + LIMS[i] * 2, 3),
     "range_negative_delta": lambda i: tf.range(LIMS[i], -1, -2),
     "range_float": lambda i: tf.range(0., tf.cast(LIMS[i], tf.float32), 0.75),
@@ -314,7 +318,8 @@ def test_ragged_body_equals_loop(name, n, mode):
   assert_equal_to_loop(_run(body, n, mode), _reference(body, n))
 
 
-@pytest.mark.parametrize("name", ["range_sum", "boolean_mask_sum", "unique_sum"])
+@pytest.mark.parametrize("name", ["range_sum", "boolean_mask_sum", "unique_sum",
+                                  "zeros_of_length"])
 def test_ragged_under_xla_is_a_clear_error(name):
   fn = tf.function(lambda: vectorize.pfor(BODIES[name], N, fallback_to_while_loop=False),
                    jit_compile=True)
@@ -562,3 +567,8 @@ def _sorted_rows(i):
 @pytest.mark.parametrize("n,mode", [(4, "eager"), (0, "dynamic"), (1, "function")])
 def test_a_static_size_read_from_a_ragged_value_is_a_constant(n, mode):
   assert_equal_to_loop(_run(_sorted_rows, n, mode), _reference(_sorted_rows, n))
+
+
+def test_fill_of_per_iteration_sizes_past_the_first_axis_is_refused():
+  with pytest.raises(vectorize.ConversionError, match="past the first axis"):
+    vectorize.pfor(lambda i: tf.zeros(tf.stack([2, LIMS[i]])), N, fallback_to_while_loop=False)
