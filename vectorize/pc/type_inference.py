@@ -81,18 +81,26 @@ class _Inference:
 
   def resolve_weak_results(self):
     """Gives weak results the dtype of their function's parameters of the same kind, where
-    those have exactly one dtype. Returns whether a result changed."""
-    changed = False
-    for f in self.program.functions:
-      results = self.returns.get(f.name)
-      if results is None:
-        continue
-      params = [self.types[p] for p in f.params if p in self.types]
-      resolved = tuple(_resolved(r, params) for r in results)
-      if resolved != results:
-        self.returns[f.name] = resolved
-        changed = True
-    return changed
+    those have exactly one dtype. Returns whether a result changed.
+
+    Strong parameters first: a weak one may still take another dtype once the results it
+    comes from are resolved (`pow10(ndigits(x))`, both built from literals, int64 `x`), so
+    weak parameters decide only where no function changes by strong ones."""
+    for strong_only in (True, False):
+      changed = False
+      for f in self.program.functions:
+        results = self.returns.get(f.name)
+        if results is None:
+          continue
+        params = [self.types[p] for p in f.params
+                  if p in self.types and not (strong_only and self.types[p].weak)]
+        resolved = tuple(_resolved(r, params) for r in results)
+        if resolved != results:
+          self.returns[f.name] = resolved
+          changed = True
+      if changed:
+        return True
+    return False
 
   def block(self, f, block):
     for instruction in block.body:
@@ -186,7 +194,9 @@ class _Inference:
           raise _error(f, assign.line, f"{ir.describe(target)} has a per-example shape "
                        f"known only at run time ({out.shape})", "Keep every per-example "
                        "value at a static shape (pad to a maximum size)")
-        weak = assign.literal and all(t.weak for t in inputs)
+        # Weak where every value it reads is (its dtype follows theirs until they settle:
+        # `tf.maximum(a, a)` of a weak `a`); a literal with nothing read is weak too.
+        weak = all(t.weak for t in inputs) and (assign.literal or bool(inputs))
         typed.append(_Typed(out.dtype, out.shape.as_list(), weak))
       self.traces[key] = typed
     return self.traces[key]
