@@ -305,23 +305,21 @@ def _convert_pad(op):
     if op.ctx.static_n == 0 and not op.output_shape(0).is_fully_defined():
       raise Unvectorizable("per-iteration paddings with no iteration: nothing says how much "
                            "they add")
-    out_shape = op.output_shape(0)
-    if op.ctx.target.static_shapes and not out_shape.is_fully_defined():
-      raise Unvectorizable("per-iteration paddings whose totals the trace does not know: "
-                           "under XLA every iteration's value needs one static shape. To "
-                           "fix: pad every iteration to one size known when tracing")
-    return stacked(pad_per_iteration(op.stacked(0), op.stacked(1), out_shape,
-                                     op.op.name))
+    return stacked(pad_per_iteration(op.stacked(0), op.stacked(1), op.output_shape(0),
+                                     op.op.name, op.ctx.target.static_shapes))
   return stacked(op.rebuild([op.stacked(0), _paddings_with_loop_row(op, 1)])[0])
 
 
-def pad_per_iteration(x, paddings, out_shape, name="tf.pad"):
-  """`x` `[n, ...]` zero-padded by paddings `[n, r, 2]` that differ per iteration (the
-  gradient of a slice at a per-iteration begin). The results stack only where each dim grows
-  by the same total in every iteration (checked at run time where `out_shape`, per
-  iteration, does not know the dim); dim by dim, each output position gathers the value
-  `before` places back, or a zero appended past the end where there is none. Dims stay
-  static where `out_shape` has them, as XLA needs."""
+def pad_per_iteration(x, paddings, out_shape, name="tf.pad", static_shapes=False,
+                      mode="CONSTANT"):
+  """`x` `[n, ...]` padded by paddings `[n, r, 2]` that differ per iteration (the gradient
+  of a slice at a per-iteration begin): zeros, or with `mode` "REFLECT" / "SYMMETRIC" its
+  mirror image. The results stack only where each dim grows by the same total in every
+  iteration (checked where `out_shape`, per iteration, does not know the dim: at run time,
+  or with `static_shapes` (XLA, which drops run-time checks) by a reshape that fails to
+  compile unless the totals agree); dim by dim, each output position gathers the value
+  `before` places back, its mirror, or a zero appended past the end. Dims stay static where
+  `out_shape` has them, as XLA needs."""
   rank = paddings.shape[1] if paddings.shape[1] is not None else values.rank(x) - 1
   paddings = tf.cast(paddings, tf.int32)
   for d in range(rank):
@@ -329,25 +327,62 @@ def pad_per_iteration(x, paddings, out_shape, name="tf.pad"):
     size = tf.shape(x)[axis]
     if out_shape.rank is not None and out_shape[d] is not None:
       out_size = out_shape[d]
+    elif static_shapes:   # XLA folds the totals; unequal ones cannot compile
+      totals = tf.reduce_sum(paddings[:, d], 1)
+      largest = tf.reduce_max(tf.concat([totals, [0]], 0))
+      spread = largest - tf.reduce_min(tf.concat([totals, [largest]], 0))
+      try:
+        out_size = size + largest + tf.size(tf.reshape(tf.zeros([0]),
+                                                       tf.reshape(spread, [1])))
+      except ValueError:   # the trace folded the totals: say so now
+        raise Unvectorizable(_unequal_paddings(name, d)) from None
     else:   # the same in every iteration; with n = 0 no iteration says it: 0
-      out_size = size + ragged.agreed(tf.reduce_sum(paddings[:, d], 1), (
-          f"vectorize: {name}: the paddings of axis {d} add a different total in some "
-          "iterations, which pfor does not hold here. To fix: pad every iteration to one "
-          "size (and keep each one's length beside it), or run the body sequentially"))
-    with_zero = tf.pad(x, [[0, 0]] * axis + [[0, 1]] + [[0, 0]] * (rank - axis))
+      out_size = size + ragged.agreed(tf.reduce_sum(paddings[:, d], 1),
+                                      f"vectorize: {_unequal_paddings(name, d)}")
     source = tf.range(out_size)[tf.newaxis, :] - paddings[:, d, 0][:, tf.newaxis]
-    source = tf.where((source >= 0) & (source < size), source, size)    # [n, out_size]
-    x = tf.gather(with_zero, source, axis=axis, batch_dims=1)
+    if mode == "CONSTANT":
+      x = tf.pad(x, [[0, 0]] * axis + [[0, 1]] + [[0, 0]] * (rank - axis))   # the zero
+      source = tf.where((source >= 0) & (source < size), source, size)    # [n, out_size]
+    else:   # the kernel checks the paddings (REFLECT: < size, SYMMETRIC: <= size)
+      shift = 0 if mode == "REFLECT" else 1
+      source = tf.where(source < 0, -source - shift, source)
+      source = tf.where(source >= size, 2 * size - 2 + shift - source, source)
+    x = tf.gather(x, source, axis=axis, batch_dims=1)
   return x
+
+
+def _mirror_pad_per_iteration(op):
+  mode = op.attr("mode").decode()
+  x, paddings = op.stacked(0), tf.cast(op.stacked(1), tf.int32)
+  limit = tf.shape(x)[1:] - (1 if mode == "REFLECT" else 0)             # [r]
+  limit = limit[tf.newaxis, :, tf.newaxis]
+  valid = tf.reduce_all((paddings >= 0) & (paddings <= limit))
+  check = tf.debugging.Assert(tf.logical_or(valid, tf.equal(op.ctx.n, 0)), [
+      f"vectorize: {op.op.name}: tf.pad {mode} needs paddings between 0 and the size"
+      f"{' - 1' if mode == 'REFLECT' else ''} of their axis; paddings per iteration:",
+      paddings], summarize=20)
+  with tf.control_dependencies([check]):
+    return stacked(pad_per_iteration(x, paddings, op.output_shape(0), op.op.name,
+                                     op.ctx.target.static_shapes, mode))
+
+
+def _unequal_paddings(name, d):
+  return (f"{name}: the paddings of axis {d} add a different total in some iterations, "
+          "which pfor does not hold here. To fix: pad every iteration to one size (and keep "
+          "each one's length beside it), or run the body sequentially")
 
 
 @register("MirrorPad", "MirrorPadGrad")
 def _convert_mirror_pad(op):
   """Adds a zero padding row; an empty loop axis gets an empty result without running the op.
+  Per-iteration paddings of a MirrorPad: each output position gathers its mirrored source
+  (`pad_per_iteration`), the paddings checked as TensorFlow's kernel checks them.
 
   The kernels check every dim against its padding (REFLECT needs padding < size), which a
   zero padding of an empty loop axis fails although nothing is padded.
   """
+  if op.is_stacked(1) and op.type == "MirrorPad":
+    return _mirror_pad_per_iteration(op)
   x = op.stacked(0)
   paddings = _paddings_with_loop_row(op, 1)
   sign = 1 if op.type == "MirrorPad" else -1

@@ -255,8 +255,7 @@ def _slice_gradient(x, begin):
 CASES += [
     OpCase("Pad-per_iteration_paddings", _pad_at, [[2, 3], []],
            dtypes=[(_F, _I), (_I, tf.int64)], make=[None, indices_below(4)],
-           patterns=[(True, True), (False, True)], loop_lengths=_NO_ZERO,
-           xla="totals the trace does not know"),
+           patterns=[(True, True), (False, True)], loop_lengths=_NO_ZERO),
     OpCase("Pad-slice_gradient", _slice_gradient, [[5, 3], []], dtypes=[(_F, _I)],
            make=[None, indices_below(4)], patterns=[(True, True), (False, True)],
            op_types=("Pad",), loop_lengths=_NO_ZERO),
