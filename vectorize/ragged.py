@@ -279,15 +279,16 @@ def common_rows(op):
   """The RaggedRows of op's ragged inputs, which must agree (checked at run time when they
   are not the same tensors), and the checks to depend on."""
   rows = [v.tensor for v in op.inputs if is_ragged(v)]
+  if any((r.dims is None) != (rows[0].dims is None) or
+         (r.dims is not None and r.dims.shape[1] != rows[0].dims.shape[1]) for r in rows):
+    raise Unvectorizable("operands that differ per iteration in different axes")
+  if any(values.rank(r.values) != values.rank(rows[0].values) for r in rows):
+    raise Unvectorizable("ragged operands of different ranks")
   sizes = lambda r: r.row_lengths if r.dims is None else r.dims
   checks = [tf.debugging.Assert(
       tf.reduce_all(tf.equal(sizes(r), sizes(rows[0]))),
       [f"vectorize: {op.op.name}: operands of different sizes in the same iteration"])
             for r in rows[1:] if sizes(r) is not sizes(rows[0])]
-  if any((r.dims is None) != (rows[0].dims is None) for r in rows):
-    raise Unvectorizable("operands that differ per iteration in different axes")
-  if any(values.rank(r.values) != values.rank(rows[0].values) for r in rows):
-    raise Unvectorizable("ragged operands of different ranks")
   return rows[0], checks
 
 

@@ -572,3 +572,16 @@ def test_a_static_size_read_from_a_ragged_value_is_a_constant(n, mode):
 def test_fill_of_per_iteration_sizes_past_the_first_axis_is_refused():
   with pytest.raises(vectorize.ConversionError, match="past the first axis"):
     vectorize.pfor(lambda i: tf.zeros(tf.stack([2, LIMS[i]])), N, fallback_to_while_loop=False)
+
+
+def test_operands_ragged_in_different_axes_fall_back():
+  """Code-blind round 15: `tf.signal.frame` with a per-iteration frame_step crashed while
+  converting ('Dimensions must be equal, but are 2 and 4', comparing one operand's sizes
+  in two axes with another's in one): now refused for that op, which falls back."""
+  x = tf.reshape(tf.range(24, dtype=tf.float32), [4, 6])
+
+  def body(i):
+    return tf.signal.frame(x[i], frame_length=2, frame_step=i + 1)
+
+  got = vectorize.pfor(body, 4, warn=False)
+  assert got.to_list() == tf.ragged.stack([body(tf.constant(i)) for i in range(4)]).to_list()

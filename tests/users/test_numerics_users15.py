@@ -1417,16 +1417,12 @@ _MIRROR = ("under jit_compile, MatrixDiagV3 with a per-iteration k falls back to
            "loop XLA cannot compile: raw InvalidArgumentError 'Input 1 to node "
            "pfor/while/diag ... must be a compile-time constant' (no ConversionError), "
            "though the loop compiles (MirrorPad with per-iteration paddings: fixed in session 22)")
-_FRAME = ("tf.signal.frame with a per-iteration frame_step (only the frame count differs) "
-          "crashes in conversion: ValueError 'Dimensions must be equal, but are 2 and 4 for "
-          "pfor/Equal_3' (ragged.common_rows); /tmp/s22/round15_repro_3.py")
 _OLA = ("tf.signal.overlap_and_add with a per-iteration frame_step gives no ragged result: at "
         "a186128 the fallback failed with 'Input to reshape is a tensor with 10 values, but the "
         "requested shape has 8'; since 3ee0f59 a run-time refusal ('the paddings of axis 0 add a "
         "different total in some iterations'); /tmp/s22/round15_repro_4.py")
 
 XFAIL = {
-    ("signal_hops_from_index", "eager"): _FRAME,
     ("overlap_add_hops_from_index", "function"): _OLA,
     ("compile_time_operands_from_index", "xla"): _MIRROR,
     ("bincount_size_from_data", "eager"): _BINCOUNT,
