@@ -30,6 +30,7 @@ PATTERNS_FROM = 3_000_000   # seeds from here also draw pattern_pool.py (state, 
                             # TensorArrays, mixed dtypes) and return tuples/dicts of dtypes
 RECURRENCES_FROM = 3_600_000  # seeds from here also draw variables the body reads and
                               # writes (pattern_pool.g_state_recurrence)
+PADDINGS_FROM = 4_200_000   # seeds from here also draw pads by per-iteration paddings
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
             "int64": "tf.int64", "float64": "tf.float64", "string": "tf.string",
             "state": "tf.int32", RAGGED: "tf.float32"}
@@ -508,6 +509,23 @@ class Generator(RaggedPool, LatePool, PatternPool):
       extra = ", constant_values=2" if a.dtype == INT else ", constant_values=1.5"
     return self.emit(f'tf.pad({{0}}, {pads}, mode="{mode}"{extra})', [a.name], out, a.dtype,
                      "pad", a.exact)
+
+  def g_pad_per_iteration(self):
+    """tf.pad by paddings that differ per iteration and add one total (session 22: a Pad
+    whose totals the trace does not know took the largest iteration's silently)."""
+    a = self.pick(lambda v: 1 <= len(v.shape) <= 3 and v.dtype != BOOL) or \
+        self.any_float(min_rank=1)
+    mode = self.rng.choice(["CONSTANT", "CONSTANT", "REFLECT", "SYMMETRIC"])
+    rows, totals = [], []
+    for d in a.shape:
+      lim = max(0, min({"CONSTANT": 2, "REFLECT": d - 1, "SYMMETRIC": d}[mode], 2))
+      total = self.rng.randint(0, lim)
+      before = f"tf.math.floormod(i + {self.rng.randint(0, 3)}, {total + 1})"
+      rows.append(f"tf.stack([{before}, {total} - {before}])")
+      totals.append(total)
+    out = tuple(d + t for d, t in zip(a.shape, totals))
+    return self.emit(f'tf.pad({{0}}, tf.stack([{", ".join(rows)}]), mode="{mode}")', [a.name],
+                     out, a.dtype, "pad_per_iteration", a.exact)
 
   def g_broadcast_to(self):
     a = self.pick(lambda v: len(v.shape) <= 3) or self.any_float()
@@ -1140,6 +1158,7 @@ class Generator(RaggedPool, LatePool, PatternPool):
   PATTERN_WEIGHTS = [("g_state_while", 9), ("g_state_cond", 6), ("g_state_straight", 2),
                      ("g_ta_ragged", 9), ("g_mixed", 6)]
   RECURRENCE_WEIGHTS = [("g_state_recurrence", 10)]
+  PADDINGS_WEIGHTS = [("g_pad_per_iteration", 3)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1157,7 +1176,8 @@ class Generator(RaggedPool, LatePool, PatternPool):
                            (self.NEWEST_WEIGHTS if self.seed >= NEWEST_FROM else []) +
                            (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else []) +
                            (self.PATTERN_WEIGHTS if self.seed >= PATTERNS_FROM else []) +
-                           (self.RECURRENCE_WEIGHTS if self.seed >= RECURRENCES_FROM else [])))
+                           (self.RECURRENCE_WEIGHTS if self.seed >= RECURRENCES_FROM else []) +
+                           (self.PADDINGS_WEIGHTS if self.seed >= PADDINGS_FROM else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):
