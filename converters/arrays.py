@@ -16,6 +16,7 @@ The tricks:
 import numpy as np
 import tensorflow as tf
 
+from vectorize import ragged
 from vectorize.errors import Unvectorizable, user_location
 from vectorize.family import register_leading_batch, register_merge_batch
 from vectorize.registry import register
@@ -169,6 +170,14 @@ def _common_size(op):
              "the number of bins differs per iteration, and counts of different sizes cannot "
              "be stacked; give tf.math.bincount equal minlength and maxlength, or count "
              "outside the loop. Sizes per iteration:")
+  if op.ctx.target.static_shapes:   # XLA drops run-time checks: one that cannot compile
+    spread = common - tf.reduce_min(tf.concat([size.tensor, [common]], 0))
+    try:
+      common += tf.cast(tf.size(tf.reshape(tf.zeros([0]), tf.reshape(spread, [1]))),
+                        common.dtype)
+    except ValueError:
+      raise Unvectorizable(message.replace(" Sizes per iteration:", "")) from None
+    return common, []
   return common, [tf.debugging.Assert(tf.reduce_all(tf.equal(size.tensor, common)),
                                       [message, size.tensor])]
 
@@ -212,6 +221,15 @@ def _convert_bincount(op):
   weights = None
   if op.input_shape(2).num_elements() != 0:
     weights = reshape(op.stacked(2), rows + [k])
+  if (not per_row and op.is_stacked(1) and not op.ctx.target.static_shapes and
+      fixed_bincount_size(op.op.inputs[1]) is None):
+    # `tf.math.bincount` of max(values) + 1 bins: each iteration's own number, ragged.
+    sizes = tf.cast(op.stacked(1), tf.int32)
+    binary = op.type == "DenseBincount" and op.attr("binary_output")
+    counts = _counts_per_row(ids, max_or_zero(sizes), op.op.outputs[0].dtype, weights,
+                             binary)
+    return ragged.ragged(tf.RaggedTensor.from_tensor(counts, lengths=sizes).flat_values,
+                         sizes)
   counts = _bin_counts(op, ids, weights)
   return stacked(split_leading(counts, n, shape[1]) if per_row else counts)
 

@@ -1411,8 +1411,6 @@ def _compare(got, expected, **t):
     assert_same(g, e, **t)
 
 
-_BINCOUNT = ("pfor refuses at run time (InvalidArgumentError 'the number of bins differs per "
-             "iteration') where the loop gives tf.ragged.stack; /tmp/s22/round15_repro_1.py")
 _MIRROR = ("under jit_compile, MatrixDiagV3 with a per-iteration k falls back to a while "
            "loop XLA cannot compile: raw InvalidArgumentError 'Input 1 to node "
            "pfor/while/diag ... must be a compile-time constant' (no ConversionError), "
@@ -1425,7 +1423,6 @@ _OLA = ("tf.signal.overlap_and_add with a per-iteration frame_step gives no ragg
 XFAIL = {
     ("overlap_add_hops_from_index", "function"): _OLA,
     ("compile_time_operands_from_index", "xla"): _MIRROR,
-    ("bincount_size_from_data", "eager"): _BINCOUNT,
 }
 
 
