@@ -171,13 +171,8 @@ def _common_size(op):
              "be stacked; give tf.math.bincount equal minlength and maxlength, or count "
              "outside the loop. Sizes per iteration:")
   if op.ctx.target.static_shapes:   # XLA drops run-time checks: one that cannot compile
-    spread = common - tf.reduce_min(tf.concat([size.tensor, [common]], 0))
-    try:
-      common += tf.cast(tf.size(tf.reshape(tf.zeros([0]), tf.reshape(spread, [1]))),
-                        common.dtype)
-    except ValueError:
-      raise Unvectorizable(message.replace(" Sizes per iteration:", "")) from None
-    return common, []
+    return ragged.agreed(size.tensor, message.replace(" Sizes per iteration:", ""),
+                         static_shapes=True), []
   return common, [tf.debugging.Assert(tf.reduce_all(tf.equal(size.tensor, common)),
                                       [message, size.tensor])]
 

@@ -327,18 +327,10 @@ def pad_per_iteration(x, paddings, out_shape, name="tf.pad", static_shapes=False
     size = tf.shape(x)[axis]
     if out_shape.rank is not None and out_shape[d] is not None:
       out_size = out_shape[d]
-    elif static_shapes:   # XLA folds the totals; unequal ones cannot compile
-      totals = tf.reduce_sum(paddings[:, d], 1)
-      largest = tf.reduce_max(tf.concat([totals, [0]], 0))
-      spread = largest - tf.reduce_min(tf.concat([totals, [largest]], 0))
-      try:
-        out_size = size + largest + tf.size(tf.reshape(tf.zeros([0]),
-                                                       tf.reshape(spread, [1])))
-      except ValueError:   # the trace folded the totals: say so now
-        raise Unvectorizable(_unequal_paddings(name, d)) from None
     else:   # the same in every iteration; with n = 0 no iteration says it: 0
       out_size = size + ragged.agreed(tf.reduce_sum(paddings[:, d], 1),
-                                      f"vectorize: {_unequal_paddings(name, d)}")
+                                      f"vectorize: {_unequal_paddings(name, d)}",
+                                      static_shapes=static_shapes)
     source = tf.range(out_size)[tf.newaxis, :] - paddings[:, d, 0][:, tf.newaxis]
     if mode == "CONSTANT":
       x = tf.pad(x, [[0, 0]] * axis + [[0, 1]] + [[0, 0]] * (rank - axis))   # the zero

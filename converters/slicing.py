@@ -746,14 +746,11 @@ def _convert_dynamic_partition(op):
   if not op.ctx.target.static_shapes:
     return [ragged.ragged(t, counts[:, p])
             for p, t in enumerate(op.rebuild([flat_data, flat_partitions]))]
-  check = tf.debugging.Assert(
-      tf.reduce_all(tf.equal(counts, counts[:1])),
-      [f"vectorize: dynamic partition {op.op.name} sends different numbers of elements to a "
-       "partition in different iterations; under XLA a vectorized loop needs the same shape "
-       "in every iteration. Counts per iteration:", counts])
-  with tf.control_dependencies([check]):
-    outs = op.rebuild([flat_data, flat_partitions])
-  sizes = tf.reduce_sum(counts[:1], 0)  # Iteration 0's counts, zeros when n is 0.
+  sizes = ragged.agreed(counts, (
+      f"vectorize: dynamic partition {op.op.name} sends different numbers of elements to a "
+      "partition in different iterations; under XLA a vectorized loop needs the same shape "
+      "in every iteration"), static_shapes=True)   # zeros when n is 0
+  outs = op.rebuild([flat_data, flat_partitions])
   return [stacked(values.split_leading(t, n, sizes[p])) for p, t in enumerate(outs)]
 
 

@@ -201,12 +201,24 @@ def row(rows, i, splits=None):
   return tf.reshape(flat, tf.concat([rows.dims[i], tf.shape(flat)[1:]], 0))
 
 
-def agreed(per_iteration, message, when_none=0):
+def agreed(per_iteration, message, when_none=0, static_shapes=False):
   """The `s`-shaped value that every iteration's row of `per_iteration` (`[n] + s`) holds,
   checked at run time (`message` if not), or `when_none` where there is no iteration: sizes
-  of later axes, which a ragged value's iterations share."""
+  of later axes, which a ragged value's iterations share.
+
+  With `static_shapes` (XLA, which drops run-time checks and wants sizes it can fold) the
+  check is a reshape that compiles only where the rows agree, and a `ConversionError`
+  (`message`) now where the trace already folds them apart."""
   none = tf.broadcast_to(tf.cast(when_none, per_iteration.dtype), tf.shape(per_iteration)[1:])
   common = tf.concat([per_iteration, none[None]], 0)[0]
+  if static_shapes:
+    spread = tf.cast(tf.reduce_sum(tf.abs(per_iteration - common)), tf.int32)
+    try:
+      guard = tf.size(tf.reshape(tf.zeros([0]), tf.reshape(spread, [1]),
+                                 name="check_every_iteration_has_one_size"))
+    except ValueError:
+      raise Unvectorizable(message) from None
+    return common + tf.cast(guard, common.dtype)
   check = tf.debugging.Assert(tf.reduce_all(tf.equal(per_iteration, common)), [message])
   with tf.control_dependencies([check]):
     return tf.identity(common)

@@ -473,6 +473,18 @@ def test_dynamic_partition_with_stacked_partitions_under_xla_checks_equal_counts
     run(tf.constant([[0, 1, 1, 0], [1, 1, 0, 1], [1, 1, 0, 0]]))
 
 
+def test_dynamic_partition_of_unequal_constant_counts_under_xla_is_refused():
+  """Session 22: with partitions XLA folds (captured constants), the dropped run-time check
+  let iteration 0's counts stand for every iteration: the sums of the parts came out wrong
+  ([202, 209, 216] for the loop's [202, 315, 110]). Now a ConversionError naming the op."""
+  data = tf.reshape(tf.range(12.0), [3, 4])
+  partitions = tf.constant([[0, 1, 0, 1], [0, 0, 0, 1], [1, 1, 0, 1]])
+  body = lambda i: tf.reduce_sum(tf.dynamic_partition(data[i], partitions[i], 2)[0])
+  with pytest.raises(vectorize.ConversionError, match="different numbers of elements"):
+    tf.function(lambda: vectorize.pfor(body, 3, fallback_to_while_loop=False),
+                jit_compile=True)()
+
+
 def test_matmul_over_the_ragged_axis_is_refused_and_falls_back():
   body = lambda i: tf.matmul(_rows(i), _rows(i), transpose_a=True)
   with pytest.raises(vectorize.ConversionError, match="sums over the axis of per-iteration"):
