@@ -19,146 +19,14 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests.users._autobatch_harness import (  # pylint: disable=unused-import
+    _no_checked_mode, _specs, _tuple, assert_same, check_grads, f32, first, i32, i64,
+    per_example, run_forms)
 
 MODES = ["eager", "function", "xla"]
 # A program whose gradient test runs eagerly checks its eager values there (check_grads
 # compares the outputs too); its forward-only test takes the other two forms.
 FORWARD_MODES = ["function", "xla"]
-
-
-@pytest.fixture(autouse=True)
-def _no_checked_mode(monkeypatch):
-  # The users' conftest turns on pfor's checked mode; every result here is compared with
-  # the per-example run by the test itself, and the checked mode would only add time.
-  monkeypatch.delenv("VECTORIZE_CHECKED", raising=False)
-
-
-# ---------------------------------------------------------------------------------------
-# Harness
-# ---------------------------------------------------------------------------------------
-
-def _specs(args):
-  return [tf.TensorSpec([None] + a.shape[1:].as_list(), a.dtype) for a in args]
-
-
-def _tuple(x):
-  return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def per_example(fn, *args):
-  """The reference: `fn` called eagerly on each example's tensors, each output stacked."""
-  n = int(args[0].shape[0])
-  outs = [_tuple(fn(*[a[i] for a in args])) for i in range(n)]
-  return tuple(np.stack([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0])))
-
-
-def assert_same(got, want, rtol=1e-5, atol=1e-5, what=""):
-  got = _tuple(got)
-  assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
-  for k, (g, w) in enumerate(zip(got, want)):
-    g = np.asarray(g)
-    assert g.shape == w.shape, f"{what} output {k}: shape {g.shape}, expected {w.shape}"
-    if w.dtype.kind == "f" or g.dtype.kind == "f":
-      np.testing.assert_allclose(g, w.astype(g.dtype), rtol=rtol, atol=atol,
-                                 err_msg=f"{what} output {k}")
-    else:
-      np.testing.assert_array_equal(g, w, err_msg=f"{what} output {k}")
-
-
-def run_forms(fn, mode, args, more_args=None, rtol=1e-5, atol=1e-5, **kw):
-  """autobatch(fn) on `args` (and, in the function form, also on `more_args`, a batch of
-  another size through the same trace) against the per-example loop."""
-  batched = vectorize.autobatch(fn, **kw)
-  if mode == "eager":
-    run = batched
-  elif mode == "function":
-    run = tf.function(batched, input_signature=_specs(args))
-  else:
-    run = tf.function(batched, jit_compile=True)
-  batches = [args]
-  if mode == "function" and more_args is not None:
-    batches.append(more_args)
-  for cols in batches:
-    assert_same(run(*cols), per_example(fn, *cols), rtol, atol,
-                what=f"{mode} batch {int(cols[0].shape[0])}")
-  return batched
-
-
-def _loss(outs):
-  """A scalar of every float output, a sum over members of the same per-member function."""
-  total = tf.constant(0.0, tf.float64)
-  for k, o in enumerate(_tuple(outs)):
-    if tf.is_tensor(o) and o.dtype.is_floating:   # a Python number is a constant
-      term = (k + 1.0) * tf.reduce_sum(o) + 0.3 * tf.reduce_sum(o * o)
-      total = total + tf.cast(term, tf.float64)
-  return total
-
-
-def per_example_grads(fn, args, wrt):
-  n = int(args[0].shape[0])
-  rows = []
-  for i in range(n):
-    cols = [a[i] for a in args]
-    with tf.GradientTape() as tape:
-      for k in wrt:
-        tape.watch(cols[k])
-      out = fn(*cols)
-      loss = _loss(out)
-    gs = tape.gradient(loss, [cols[k] for k in wrt])
-    rows.append([np.zeros(cols[k].shape, cols[k].dtype.as_numpy_dtype) if g is None
-                 else np.asarray(g) for k, g in zip(wrt, gs)])
-  return [np.stack([r[j] for r in rows]) for j in range(len(wrt))]
-
-
-def check_grads(fn, mode, args, wrt, rtol=1e-4, atol=1e-5, **kw):
-  """The gradient of `_loss` of the batched outputs w.r.t. the inputs `wrt` (indices),
-  against per-example gradients, and the outputs computed beside it against the loop. The
-  tape is inside the compiled function under XLA ("xla_dynamic": traced for a batch of
-  None, called at two batch sizes)."""
-  batched = vectorize.autobatch(fn, **kw)
-
-  def grads(*cols):
-    with tf.GradientTape() as tape:
-      for k in wrt:
-        tape.watch(cols[k])
-      outs = batched(*cols)
-      loss = _loss(outs)
-    gs = tape.gradient(loss, [cols[k] for k in wrt])
-    return outs, [tf.zeros_like(cols[k]) if g is None else g for k, g in zip(wrt, gs)]
-
-  batches = [args]
-  if mode == "eager":
-    run = grads
-  elif mode == "function":
-    run = tf.function(grads, input_signature=_specs(args))
-  elif mode == "xla_dynamic":
-    run = tf.function(grads, input_signature=_specs(args), jit_compile=True)
-    batches.append(first(args, 2))
-  else:
-    run = tf.function(grads, jit_compile=True)
-  for cols in batches:
-    outs, got = run(*cols)
-    assert_same(outs, per_example(fn, *cols), rtol, atol, what=f"{mode} (under a tape)")
-    want = per_example_grads(fn, cols, wrt)
-    for j, (g, w) in enumerate(zip(got, want)):
-      np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=atol,
-                                 err_msg=f"{mode}: gradient w.r.t. input {wrt[j]}")
-
-
-def f32(*v):
-  return tf.constant(v, tf.float32)
-
-
-def i32(*v):
-  return tf.constant(v, tf.int32)
-
-
-def i64(*v):
-  return tf.constant(v, tf.int64)
-
-
-def first(args, n):
-  return tuple(a[:n] for a in args)
 
 
 # ---------------------------------------------------------------------------------------
