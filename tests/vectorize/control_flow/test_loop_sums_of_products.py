@@ -28,9 +28,10 @@ def _sums_after_loops(fn, jit_compile=None):
              for op in testing.all_ops(graph))
 
 
-def _rnn_weight_gradients(i):
+def _rnn_weight_gradients(i, bound=9):
   """The gradients of an RNN's two weights: the loop's gradient adds one outer product
-  per step to each."""
+  per step to each. The loop stops after 9 steps, before a larger `bound` (under XLA the
+  factor lists have the bound's rows, and the rows no step sets must add nothing)."""
   with tf.GradientTape() as tape:
     w, u = tf.identity(W), tf.identity(U)
     tape.watch([w, u])
@@ -40,9 +41,13 @@ def _rnn_weight_gradients(i):
       return t + 1, tf.tanh(tf.matmul(xs[t][None], w) + tf.matmul(h, u))
 
     _, h = tf.while_loop(lambda t, h: t < 9, step, (0, tf.zeros([1, 5])),
-                         maximum_iterations=9)   # XLA differentiates bounded loops only
+                         maximum_iterations=bound)   # XLA differentiates bounded loops only
     loss = tf.reduce_sum(h ** 2)
   return tape.gradient(loss, [w, u])
+
+
+def _rnn_stopping_early(i):
+  return _rnn_weight_gradients(i, bound=12)
 
 
 def _pfor(body, n):
@@ -65,23 +70,6 @@ def test_run_time_n_and_xla():
   compiled = tf.function(lambda: _pfor(_rnn_weight_gradients, 6), jit_compile=True)
   for g, w in zip(compiled(), _looped(_rnn_weight_gradients, 6)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-
-
-def _rnn_stopping_early(i):
-  """An RNN whose loop stops (after 9 steps) before its bound (12): under XLA the factor
-  lists have the bound's rows, and the rows no step sets must add nothing."""
-  with tf.GradientTape() as tape:
-    w, u = tf.identity(W), tf.identity(U)
-    tape.watch([w, u])
-    xs = X[i]
-
-    def step(t, h):
-      return t + 1, tf.tanh(tf.matmul(xs[t][None], w) + tf.matmul(h, u))
-
-    _, h = tf.while_loop(lambda t, h: t < 9, step, (0, tf.zeros([1, 5])),
-                         maximum_iterations=12)
-    loss = tf.reduce_sum(h ** 2)
-  return tape.gradient(loss, [w, u])
 
 
 @pytest.mark.parametrize("n", [6, 0])
