@@ -347,15 +347,14 @@ def _mirror_pad_per_iteration(op):
   mode = op.attr("mode").decode()
   x, paddings = op.stacked(0), tf.cast(op.stacked(1), tf.int32)
   limit = tf.shape(x)[1:] - (1 if mode == "REFLECT" else 0)             # [r]
-  limit = limit[tf.newaxis, :, tf.newaxis]
-  valid = tf.reduce_all((paddings >= 0) & (paddings <= limit))
-  check = tf.debugging.Assert(tf.logical_or(valid, tf.equal(op.ctx.n, 0)), [
-      f"vectorize: {op.op.name}: tf.pad {mode} needs paddings between 0 and the size"
-      f"{' - 1' if mode == 'REFLECT' else ''} of their axis; paddings per iteration:",
-      paddings], summarize=20)
-  with tf.control_dependencies([check]):
-    return stacked(pad_per_iteration(x, paddings, op.output_shape(0), op.op.name,
-                                     op.ctx.target.static_shapes, mode))
+  valid = (paddings >= 0) & (paddings <= limit[tf.newaxis, :, tf.newaxis])
+  # 1 where every padding is valid (checked as XLA too can check it): scales the paddings.
+  one = ragged.agreed(tf.concat([[1], tf.cast(tf.reshape(valid, [-1]), tf.int32)], 0),
+                      f"vectorize: {op.op.name}: tf.pad {mode} needs paddings between 0 and "
+                      f"the size{' - 1' if mode == 'REFLECT' else ''} of their axis",
+                      static_shapes=op.ctx.target.static_shapes)
+  return stacked(pad_per_iteration(x, paddings * one, op.output_shape(0), op.op.name,
+                                   op.ctx.target.static_shapes, mode))
 
 
 def _unequal_paddings(name, d):
