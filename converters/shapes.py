@@ -302,9 +302,7 @@ def _paddings_with_loop_row(op, i):
 def _convert_pad(op):
   """Pads nothing on the loop axis; per-iteration paddings place each iteration's values."""
   if op.is_stacked(1):
-    if op.ctx.static_n == 0 and not op.output_shape(0).is_fully_defined():
-      raise Unvectorizable("per-iteration paddings with no iteration: nothing says how much "
-                           "they add")
+    _refuse_unknown_paddings_at_n0(op)
     return stacked(pad_per_iteration(op.stacked(0), op.stacked(1), op.output_shape(0),
                                      op.op.name, op.ctx.target.static_shapes))
   return stacked(op.rebuild([op.stacked(0), _paddings_with_loop_row(op, 1)])[0])
@@ -343,7 +341,14 @@ def pad_per_iteration(x, paddings, out_shape, name="tf.pad", static_shapes=False
   return x
 
 
+def _refuse_unknown_paddings_at_n0(op):
+  if op.ctx.static_n == 0 and not op.output_shape(0).is_fully_defined():
+    raise Unvectorizable("per-iteration paddings with no iteration: nothing says how much "
+                         "they add")
+
+
 def _mirror_pad_per_iteration(op):
+  _refuse_unknown_paddings_at_n0(op)
   mode = op.attr("mode").decode()
   x, paddings = op.stacked(0), tf.cast(op.stacked(1), tf.int32)
   limit = tf.shape(x)[1:] - (1 if mode == "REFLECT" else 0)             # [r]

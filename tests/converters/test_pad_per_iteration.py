@@ -122,3 +122,11 @@ def test_mirror_paddings_past_the_size_are_an_error(jit_compile):
                      match="REFLECT needs paddings"):
     tf.function(lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False),
                 jit_compile=jit_compile)()
+
+
+def test_mirror_paddings_refused_at_a_static_n0():
+  """Fuzz seed 4300255: at n = 0 the mirror pad came out unpadded ([0, 4, 3] for [0, 5, 5])
+  and a later concat failed; refused as the constant pad is."""
+  with pytest.raises(vectorize.ConversionError, match="per-iteration paddings"):
+    tf.function(lambda: vectorize.pfor(_mirror_padded("REFLECT"), 0,
+                                       fallback_to_while_loop=False))()
