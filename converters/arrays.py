@@ -156,25 +156,20 @@ def _convert_histogram_fixed_width(op):
 
 
 def _common_size(op):
-  """Input 1, the number of bins, and the checks that it is the same in every iteration: a
+  """Input 1, the number of bins, checked the same in every iteration (`ragged.agreed`): a
   per-iteration size (`tf.math.bincount` takes max(values) + 1 unless given minlength and
-  maxlength) is checked at run time, as outputs of different sizes cannot be stacked."""
+  maxlength) stacks only where the iterations agree."""
   size = op.value(1)
   if not size.stacked:
-    return size.tensor, []
+    return size.tensor
   fixed = fixed_bincount_size(op.op.inputs[1])
   if fixed is not None:
-    return tf.constant(fixed, size.tensor.dtype), []
-  common = max_or_zero(size.tensor)
+    return tf.constant(fixed, size.tensor.dtype)
   message = (f"{op.type} {op.op.name!r}{user_location(op.op)} in a vectorized loop: "
              "the number of bins differs per iteration, and counts of different sizes cannot "
              "be stacked; give tf.math.bincount equal minlength and maxlength, or count "
-             "outside the loop. Sizes per iteration:")
-  if op.ctx.target.static_shapes:   # XLA drops run-time checks: one that cannot compile
-    return ragged.agreed(size.tensor, message.replace(" Sizes per iteration:", ""),
-                         static_shapes=True), []
-  return common, [tf.debugging.Assert(tf.reduce_all(tf.equal(size.tensor, common)),
-                                      [message, size.tensor])]
+             "outside the loop")
+  return ragged.agreed(size.tensor, message, static_shapes=op.ctx.target.static_shapes)
 
 
 def fixed_bincount_size(size):
@@ -197,10 +192,8 @@ def fixed_bincount_size(size):
 
 def _bin_counts(op, ids, weights):
   """Counts of `[rows, k]` ids as the op gives them."""
-  size, checks = _common_size(op)
   binary = op.type == "DenseBincount" and op.attr("binary_output")
-  with tf.control_dependencies(checks):
-    return _counts_per_row(ids, size, op.op.outputs[0].dtype, weights, binary)
+  return _counts_per_row(ids, _common_size(op), op.op.outputs[0].dtype, weights, binary)
 
 
 @register("Bincount", "DenseBincount")

@@ -219,7 +219,8 @@ def agreed(per_iteration, message, when_none=0, static_shapes=False):
     except ValueError:
       raise Unvectorizable(message) from None
     return common + tf.cast(guard, common.dtype)
-  check = tf.debugging.Assert(tf.reduce_all(tf.equal(per_iteration, common)), [message])
+  check = tf.debugging.Assert(tf.reduce_all(tf.equal(per_iteration, common)),
+                              [f"{message}. Per iteration:", per_iteration], summarize=20)
   with tf.control_dependencies([check]):
     return tf.identity(common)
 
