@@ -352,8 +352,16 @@ def _declared_shape(op, k):
   """Output k's static shape; for a conditional, the most general of the branches that
   compute it. TF declares a gradient intermediate with the shape of the FakeParam standing
   in for it in a branch that does not compute it (`[0]` where the other branch slices one
-  element per iteration)."""
+  element per iteration). A call passing on a conditional's output (the forward function TF
+  wraps around a conditional for an outer tape) inherits that shape, seen through."""
   declared = op.outputs[k].shape
+  if op.type in ("PartitionedCall", "StatefulPartitionedCall"):
+    inner = graph_io.function_graph(op, "f").outputs[k]
+    while inner.op.type in ("Identity", "IdentityN"):
+      inner = inner.op.inputs[inner.value_index if inner.op.type == "IdentityN" else 0]
+    if inner.op.type in op_types.CONDITIONALS:
+      return _declared_shape(inner.op, inner.value_index)
+    return declared
   if op.type not in op_types.CONDITIONALS:
     return declared
   outputs = [g.outputs[k] for g in graph_io.branch_graphs(op)]

@@ -491,3 +491,65 @@ def test_a_cond_needing_optionals_is_refused_clearly():
     with pytest.raises(vectorize.ConversionError, match="Optionals.*python_function.*"
                        "tf.where of both branches"):
       vectorize.pfor(body, 3, fallback_to_while_loop=False)
+
+
+X220 = tf.constant(np.random.default_rng(220).normal(size=[4, 3, 1, 1]).astype(np.float32))
+
+
+def _switch_under_a_tape(x, i, returns_gradient=True):
+  """A tape over a switch_case in the body; only one branch computes an intermediate."""
+  row = tf.image.rot90(x[i], 2)   # its first two dims unknown to the trace
+  with tf.GradientTape() as tape:
+    tape.watch(row)
+    out = tf.switch_case(tf.math.floormod(i, 3), [
+        lambda: row, lambda: tf.tanh(row) + tf.reduce_mean(row), lambda: 2.0 * row])
+    loss = tf.reduce_sum(tf.square(out))
+  gradient = tape.gradient(loss, row)
+  return (out, gradient) if returns_gradient else (out, tf.cos(out))
+
+
+def _outer_loss(outs):
+  return tf.reduce_sum(outs[0] * outs[1])
+
+
+def _outer_gradient_of_switch_under_a_tape(n, mode, returns_gradient):
+  def grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      outs = vectorize.pfor(lambda i: _switch_under_a_tape(x, i, returns_gradient), n,
+                            fallback_to_while_loop=False)
+      loss = _outer_loss(outs)
+    return outs, tape.gradient(loss, x)
+
+  def reference(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      outs = [tf.stack(t) for t in zip(*[_switch_under_a_tape(x, tf.constant(i), returns_gradient)
+                                         for i in range(n)])]
+      loss = _outer_loss(outs)
+    return outs, tape.gradient(loss, x)
+
+  outs, g = (grad if mode == "eager" else tf.function(grad, autograph=False))(X220)
+  want_outs, want_g = reference(X220)
+  for got, want in zip(outs, want_outs):
+    testing.assert_allclose(got.numpy(), want.numpy(), 1e-5)
+  testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
+                          tf.convert_to_tensor(want_g).numpy(), 1e-5)
+
+
+@pytest.mark.parametrize("n,mode", [(1, "function"), (4, "function"), (4, "eager")])
+def test_an_outer_tape_over_a_switch_case_whose_intermediate_one_branch_computes(n, mode):
+  """Fuzz seed 4300220: with an outer tape, TensorFlow wraps the body's Case in a forward
+  call passing on its intermediates; the Case declares one `[0, 0, 1]`, the shape of the
+  FakeParam standing in for it where a branch does not compute it (of `[None, None, 1]`),
+  and the call inherits the claim. The converted `[n, 3, 1, 1]` was refused. (The body's
+  gradient itself is computed and not returned.)"""
+  _outer_gradient_of_switch_under_a_tape(n, mode, returns_gradient=False)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "the body returning its own gradient to an outer tape: TensorFlow's gradient (Optionals "
+    "off) takes the FakeParam's [0, 0, 1] for the intermediate's incoming gradient, a "
+    "constant a real [3, 1, 1] cannot be added to: a raw shape error, not a clear refusal"))
+def test_an_outer_tape_over_the_gradient_of_such_a_switch_case():
+  _outer_gradient_of_switch_under_a_tape(4, "function", returns_gradient=True)
