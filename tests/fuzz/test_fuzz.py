@@ -262,3 +262,13 @@ def test_grappler_rewriting_argmax_of_relu_is_not_held_against_pfor():
   assert tf.function(lambda: tf.argmax(tf.nn.relu(x), -1))().numpy()[0] == 1
   program = programs.generate(3640223)
   assert check.check(program, ("eager", "closure")).outcomes["closure"].category == "ok"
+
+
+def test_a_tf_data_function_disagreeing_with_eager_is_not_held_against_pfor():
+  """Seed 4300195's data mode: in a tf.data map function Grappler moves a relu past a max,
+  and the max of an empty relu is 0 there, -inf eagerly (and in pfor's batches). A batch
+  equal to the eager loop's rows is accepted."""
+  empty = tf.zeros([0], tf.float32)
+  assert tf.reduce_max(tf.nn.relu(empty)).numpy() == -np.inf
+  program = programs.generate(4300195)
+  assert check.check(program, ("data",)).outcomes["data"].category == "ok"
