@@ -159,10 +159,31 @@ def trace(fn, input_specs, extra_args=(), name=None):
         # converts where no Optional is needed, and is refused clearly where one is.
         return tf.function(body, autograph=False).get_concrete_function(*input_specs).graph
 
-  graph = _plain_first(traced_graph)
+  try:
+    graph = _plain_first(traced_graph)
+  except (ValueError, TypeError) as e:
+    raise _with_tracing_hint(e, where) from e.__cause__
   traced = Traced(graph, result["structure"], result["kinds"], result["markers"])
   traced.ragged_ranks = result["ragged_ranks"]
   return traced
+
+
+_TRACING_HINT = (
+    "\n\nvectorize traced {where} once, its loop index (or its elements' values) symbolic, "
+    "as a tf.function does: a shape computed from such a value is unknown while tracing, so "
+    "an op that needs it (tf.unstack, a Python int of `x.shape[k]`, a Python "
+    "`range(tensor)`) fails there, though a loop calling the body with Python ints runs. "
+    "To fix: keep such shapes static (a fixed-size slice or pad, tf.ensure_shape), or use "
+    "ops that take run-time sizes (tf.gather, tf.shape, tf.range).")
+
+
+def _with_tracing_hint(error, where):
+  """`error` (a ValueError or TypeError from tracing the body), its message followed by why
+  tracing differs from calling the body with Python ints; once, where pfors nest."""
+  hint = _TRACING_HINT.format(where=where)
+  if type(error) not in (ValueError, TypeError) or hint[-80:] in str(error):
+    return error
+  return type(error)(str(error) + hint)
 
 
 def autograph_like_caller(fn):

@@ -272,3 +272,10 @@ def test_a_tf_data_function_disagreeing_with_eager_is_not_held_against_pfor():
   assert tf.reduce_max(tf.nn.relu(empty)).numpy() == -np.inf
   program = programs.generate(4300195)
   assert check.check(program, ("data",)).outcomes["data"].category == "ok"
+
+
+def test_a_body_that_cannot_be_traced_for_a_symbolic_index_is_invalid():
+  """Seed 4400059: tf.unstack of a pad by per-iteration paddings runs with Python ints (the
+  loop, eager or in a graph) and cannot be traced for a symbolic index, as pfor traces it."""
+  program = programs.generate(4400059)
+  assert check.check(program, ("eager",)).outcomes["eager"].category == "invalid"

@@ -106,3 +106,23 @@ def test_a_body_that_needs_autograph_is_traced_again_converted_once(mode):
   got = run() if mode == "eager" else tf.function(run)()
   np.testing.assert_allclose(got, [2.0, 2.0, 6.0])
   assert v.numpy() == 2.0
+
+
+def test_a_body_that_needs_a_static_shape_of_the_index_says_why_tracing_differs():
+  """Fuzz seed 4400059: `tf.unstack` of a value padded by per-iteration paddings runs in the
+  loop with Python ints, and fails traced for a symbolic index. The error says why, once,
+  where pfors nest, and keeps its type."""
+  import vectorize   # pylint: disable=import-outside-toplevel
+
+  def body(i):
+    padded = tf.pad(tf.zeros([2, 2]), [[tf.math.floormod(i, 2), 0], [0, 0]])
+    return tf.unstack(padded)[0]
+
+  assert body(tf.constant(1)).shape == [2]   # the loop runs
+  with pytest.raises(ValueError, match=r"(?s)Cannot infer argument `num`.*traced .* once, "
+                     r"its loop index .* symbolic.*To fix: keep such shapes static") as e:
+    vectorize.pfor(body, 3)
+  assert str(e.value).count("To fix: keep such shapes static") == 1
+  with pytest.raises(ValueError) as nested:
+    vectorize.pfor(lambda j: vectorize.pfor(body, 2), 2)
+  assert str(nested.value).count("To fix: keep such shapes static") == 1
