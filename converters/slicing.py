@@ -331,7 +331,10 @@ def _same_length_check(p, what, target):
       tf.reduce_all(tf.equal(p.sizes, tf.cast(p.length, p.sizes.dtype))),
       [f"vectorize: {what} has a length that differs between iterations (or from the length "
        "the graph implies); a vectorized loop needs the same shape in every iteration. "
-       "Lengths:", p.sizes])
+       "(A window `x[s:s + k]` that the end of x cuts short in some iterations is one.) To "
+       "fix: pad x so that every window fits (tf.pad by k - 1 at the end) and mask, or "
+       "return the window's size from the body. Lengths per iteration:", p.sizes],
+      summarize=32)
 
 
 def _varying_length(sizes, static_length):

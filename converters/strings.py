@@ -104,6 +104,18 @@ register_elementwise(
     "UnicodeScript",
     "UnicodeTranscode",
 )
-register_leading_batch("LookupTableFindV2", batch_inputs=(1,))
+
+
+@register("LookupTableFindV2")
+def _convert_lookup(op):
+  """Keys `[n] + s` looked up at once. A dense hash table takes keys of its key shape with one
+  leading axis only (`[m] + key shape`), so keys of a rank above 0 per iteration have the
+  loop axis merged into their first (`[n*s0] + ...`), and the values split back."""
+  keys = op.stacked(1)
+  table, default = op.invariant(0), op.invariant(2)
+  if values.rank(keys) < 2:
+    return stacked(op.rebuild([table, keys, default])[0])
+  found = op.rebuild([table, values.merge_leading(keys), default])[0]
+  return stacked(values.split_leading(found, op.ctx.n, tf.shape(keys)[1]))
 register_leading_batch("RegexFullMatch", "RegexReplace")
 register_merge_batch("Fingerprint")
