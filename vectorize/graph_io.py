@@ -17,6 +17,7 @@ from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.python.eager import context
 from tensorflow.python.eager import execute
+from tensorflow.python.framework import function_def_to_graph
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework import tensor_util
 from tensorflow.python.ops import control_flow_util_v2
@@ -79,10 +80,16 @@ def function_names(op):
 
 
 def find_function(graph, name):
-  """The function `name` from `graph`'s library or an enclosing graph's, or None."""
+  """The function `name` from `graph`'s library or an enclosing graph's, or None. A legacy
+  function (`Defun`, as `tf.nn.ctc_loss`'s dense form's loops) gets the `graph` a traced
+  one has, built from its definition once."""
   while graph is not None:
     fn = graph._get_function(name)  # pylint: disable=protected-access
     if fn is not None:
+      if not hasattr(fn, "graph") and hasattr(fn, "definition"):
+        with graph.as_default():   # where the functions it calls are found
+          fn.graph = function_def_to_graph.function_def_to_graph(
+              fn.definition, include_library_functions=True)
       return fn
     graph = getattr(graph, "outer_graph", None)
   return None
@@ -439,6 +446,18 @@ def ops_in_order(outputs, extra_ops=()):
         if t.op not in done:
           stack.append((t.op, False))
   return order
+
+
+def is_legacy_call(op):
+  """Whether `op` calls a library function by its name as its type (a legacy `Defun`)."""
+  return op.type not in op_types.CALLS and find_function(op.graph, op.type) is not None
+
+
+def called_graph(op):
+  """The FuncGraph a call runs: PartitionedCall's 'f', or a legacy call's op type."""
+  if is_legacy_call(op):
+    return find_function(op.graph, op.type).graph
+  return function_graph(op, "f")
 
 
 def function_graph(op, attr_name):

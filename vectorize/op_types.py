@@ -12,6 +12,9 @@ CALLS = {
     "While": (("cond", "body"), 0),
     "StatelessWhile": (("cond", "body"), 0),
 }
+# The converter key of an op whose type is a function of the graph's library (a legacy
+# `Defun` called by name, as in `tf.nn.ctc_loss`'s dense form).
+LEGACY_CALL = "<call of a library function>"
 # Conditionals: their first input (a predicate, a branch index) is not a function input.
 CONDITIONALS = frozenset(t for t, (_, offset) in CALLS.items() if offset == 1)
 # Functional control flow: conditionals and while loops (calls are not).

@@ -256,6 +256,8 @@ def _dispatch(op, inputs, ctx):
   inputs, the table of the most specific kind; else one raising Unvectorizable that says
   why."""
   kind = kinds.dispatch_kind(inputs)
+  if graph_io.is_legacy_call(op):
+    return registry.lookup(op_types.LEGACY_CALL, kind)
   if kind == registry.TENSOR:
     return ragged.multi_axis_producer(op, ctx.target) or registry.lookup(op.type)
   converter = registry.converter_of(op, kind)

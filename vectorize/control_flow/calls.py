@@ -12,16 +12,26 @@ copy would have none. (Ops whose gradient is a Python function of their own:
 import tensorflow as tf
 
 from vectorize import graph_io
+from vectorize import op_types
 from vectorize import ragged
 from vectorize import walker
+from vectorize.errors import ConversionError, user_location
 from vectorize.registry import register
 from vectorize.values import Value
 
 
-@ragged.register("PartitionedCall", "StatefulPartitionedCall")
-@register("PartitionedCall", "StatefulPartitionedCall")
+@ragged.register("PartitionedCall", "StatefulPartitionedCall", op_types.LEGACY_CALL)
+@register("PartitionedCall", "StatefulPartitionedCall", op_types.LEGACY_CALL)
 def _convert_partitioned_call(op):
-  graph = graph_io.function_graph(op.op, "f")
+  if graph_io.is_legacy_call(op.op) and op.ctx.static_n == 0:
+    # Seen with tf.nn.ctc_loss's dense form: the converted graph at a static n = 0 stops
+    # the process (a floating point exception inside TensorFlow), not raised.
+    raise ConversionError(
+        f"Cannot vectorize the call of legacy function {op.type}{user_location(op.op)} at "
+        "a static n = 0: TensorFlow aborts on the empty batch there. To fix: skip the call "
+        "when there are no examples (for tf.nn.ctc_loss, sparse labels avoid the legacy "
+        "function).")
+  graph = graph_io.called_graph(op.op)
   # The first outputs only: a gradient taken of the function elsewhere (eagerly) appends
   # its intermediates to the outputs of the same FuncGraph.
   outputs, effects = walker.convert_graph(graph, list(op.inputs), op.ctx,
@@ -31,6 +41,7 @@ def _convert_partitioned_call(op):
     return tf.group(effects) if effects else tf.no_op()
   if effects:
     with tf.control_dependencies(effects):
-      outputs = [Value(tf.nest.map_structure(tf.identity, v.tensor), v.stacked)
-                 for v in outputs]   # a DenseList is a pair of tensors
+      # a DenseList is a pair of tensors, RaggedRows a tuple with optional parts
+      outputs = [Value(tf.nest.map_structure(lambda t: t if t is None else tf.identity(t),
+                                             v.tensor), v.stacked) for v in outputs]
   return outputs

@@ -348,7 +348,10 @@ def _shape_invariant(op, k, value, flag):
     return lists.shape_invariant(value, ctx.static_n, ctx.target.static_shapes)
   if isinstance(value, lists.UniformList):
     return lists.UniformList(tf.TensorShape([]), tf.TensorShape([]))
-  shape = op.op.outputs[k].shape
+  # A legacy loop (a `Defun` body: `tf.nn.ctc_loss`'s dense form) declares its variables'
+  # entry shapes, which its body may leave less specific.
+  body_output = graph_io.function_graph(op.op, "body").outputs[k].shape
+  shape = op.op.outputs[k].shape.most_specific_compatible_shape(body_output)
   return tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
 
 
