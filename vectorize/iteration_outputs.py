@@ -74,7 +74,10 @@ class IterationOutputs:
       if k:
         result.append(ragged.multi_axis(array.concat(), next(sizes).stack()))
       else:
-        check = self._one_shape(next(shapes).stack()) if unsure else None
+        # (a body's output of unknown rank: its shapes' element shape is `[None]`, which an
+        # empty array cannot stack)
+        check = self._one_shape(_stack(next(shapes), tf.TensorShape([None]), n, static_n)) \
+            if unsure else None
         result.append(stacked(_stack(array, shape, n, static_n, check)))
     return result
 
