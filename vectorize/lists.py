@@ -395,6 +395,19 @@ def _follow(list_tensor, invariant=None):
       if _follow(body.outputs[k]).ref() != body.inputs[k].ref():
         return list_tensor
       list_tensor = op.inputs[k]
+    elif op.type in op_types.CONDITIONALS:
+      # every branch keeps the length of one list it takes (a fixed-size TensorArray
+      # written in a per-iteration tf.cond)
+      k = list_tensor.value_index
+      taken = set()
+      for branch in graph_io.branch_graphs(op):
+        source = _follow(branch.outputs[k]).ref()
+        taken.update(j for j, t in enumerate(branch.inputs) if t.ref() == source)
+        if not any(t.ref() == source for t in branch.inputs):
+          return list_tensor
+      if len(taken) != 1:
+        return list_tensor
+      list_tensor = op.inputs[taken.pop() + 1]
     else:
       return list_tensor
 

@@ -909,10 +909,10 @@ def test_bug_tensorarray_written_in_cond_inside_loop_without_element_shape():
   check(body, 3, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="fixed-size TensorArray written in a per-example tf.cond: "
-                   "stack() comes back a RaggedTensor; the loop stacks a dense tensor")
-@pytest.mark.parametrize("mode", ("eager",))
-def test_bug_fixed_size_tensorarray_written_in_cond_is_ragged(mode):
+@pytest.mark.parametrize("mode", ("eager", "runtime_n"))
+def test_fixed_size_tensorarray_written_in_cond_is_dense(mode):
+  """Came back ragged: a list's length was not followed through a conditional whose every
+  branch keeps the length of the list it takes."""
   x = tf.constant([[1, 2, 0, 3], [0, 1, 1, 1], [2, 2, 2, 2]])
 
   def body(i):
