@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from tests.converters.op_cases import OpCase
+from vectorize import op_types
 
 
 @tf.function(autograph=False)
@@ -28,3 +29,9 @@ CASES = [
     OpCase("PartitionedCall-nested", _nested, [[2, 3], [3]], op_types=("PartitionedCall",)),
     OpCase("StatefulPartitionedCall", _reads_variable, [[3]]),
 ]
+
+UNTESTED = {
+    op_types.LEGACY_CALL: "not an op type but the converter key of an op calling a legacy "
+                          "Defun by name (its type is the function's name): covered by the "
+                          "dense-label CTC tests of tests/users/test_decoding_losses_users17.py",
+}

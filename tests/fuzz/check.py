@@ -695,6 +695,8 @@ def _run_mode(program, loaded, mode, expected, fallback=False):
       # The loop in a graph calls the body with Python ints; pfor (as TF's) traces it once
       # for a symbolic index, where a shape computed from it is unknown (seed 4400059:
       # tf.unstack of a pad by per-iteration paddings).
+      if mode not in ("grad", "tf1") and _compiled_loop(loaded, n, jit_compile=False) is None:
+        return Outcome("invalid", f"{headline(e)}; the loop fails in a graph too")
       return Outcome("invalid", f"{headline(e)}; the body cannot be traced for a symbolic "
                      "index")
     if mode == "xla" and outcome.category in ("crash", "refused"):
