@@ -57,3 +57,20 @@ def test_substr_of_a_per_iteration_position_where_n_is_not_static(body, static):
   with vectorize.static_shapes(static):
     got = vectorize.pfor(body, 5, fallback_to_while_loop=False)
   assert list(got.numpy()) == expected
+
+
+@pytest.mark.parametrize("n,mode", [(3, "eager"), (0, "eager"), (3, "dynamic"), (0, "dynamic")])
+def test_dense_hash_table_lookup_of_a_key_vector_per_iteration(n, mode):
+  """A dense table takes keys with one leading axis only: the loop axis merges into the
+  keys' first, the values split back (was a raw 'Expected key shape [3] got [3,2]')."""
+  table = tf.lookup.experimental.DenseHashTable(tf.int64, tf.float32, default_value=-1.0,
+                                                empty_key=-2, deleted_key=-3)
+  table.insert(tf.constant([1, 5], tf.int64), tf.constant([10.0, 50.0]))
+  ids = tf.constant([[1, 2], [5, 5], [0, 1]], tf.int64)
+  body = lambda i: table.lookup(ids[i])
+  pfor = lambda k: vectorize.pfor(body, k, fallback_to_while_loop=False)
+  got = pfor(n) if mode == "eager" else tf.function(
+      pfor, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(n))
+  want = tf.stack([body(tf.constant(i)) for i in range(3)])[:n]
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(got.numpy(), want.numpy())
