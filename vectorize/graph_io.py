@@ -448,6 +448,13 @@ def ops_in_order(outputs, extra_ops=()):
   return order
 
 
+def through_identities(t):
+  """The tensor that `t` forwards through Identity and IdentityN ops."""
+  while t.op.type in ("Identity", "IdentityN"):
+    t = t.op.inputs[t.value_index if t.op.type == "IdentityN" else 0]
+  return t
+
+
 def is_legacy_call(op):
   """Whether `op` calls a library function by its name as its type (a legacy `Defun`)."""
   return op.type not in op_types.CALLS and find_function(op.graph, op.type) is not None

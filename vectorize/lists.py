@@ -402,9 +402,10 @@ def _follow(list_tensor, invariant=None):
       taken = set()
       for branch in graph_io.branch_graphs(op):
         source = _follow(branch.outputs[k]).ref()
-        taken.update(j for j, t in enumerate(branch.inputs) if t.ref() == source)
-        if not any(t.ref() == source for t in branch.inputs):
+        inputs = {j for j, t in enumerate(branch.inputs) if t.ref() == source}
+        if not inputs:
           return list_tensor
+        taken |= inputs
       if len(taken) != 1:
         return list_tensor
       list_tensor = op.inputs[taken.pop() + 1]

@@ -256,12 +256,13 @@ def _dispatch(op, inputs, ctx):
   inputs, the table of the most specific kind; else one raising Unvectorizable that says
   why."""
   kind = kinds.dispatch_kind(inputs)
-  if graph_io.is_legacy_call(op):
-    return registry.lookup(op_types.LEGACY_CALL, kind)
   if kind == registry.TENSOR:
-    return ragged.multi_axis_producer(op, ctx.target) or registry.lookup(op.type)
-  converter = registry.converter_of(op, kind)
-  if converter is not None:
+    converter = ragged.multi_axis_producer(op, ctx.target) or registry.lookup(op.type)
+  else:
+    converter = registry.converter_of(op, kind)
+  if converter is None and graph_io.is_legacy_call(op):   # op type = the function's name
+    converter = registry.lookup(op_types.LEGACY_CALL, kind)
+  if converter is not None or kind == registry.TENSOR:
     return converter
   k = next(k for k, v in enumerate(inputs) if ragged.is_ragged(v))
 
@@ -358,9 +359,7 @@ def _declared_shape(op, k):
   wraps around a conditional for an outer tape) inherits that shape, seen through."""
   declared = op.outputs[k].shape
   if op.type in ("PartitionedCall", "StatefulPartitionedCall"):
-    inner = graph_io.function_graph(op, "f").outputs[k]
-    while inner.op.type in ("Identity", "IdentityN"):
-      inner = inner.op.inputs[inner.value_index if inner.op.type == "IdentityN" else 0]
+    inner = graph_io.through_identities(graph_io.function_graph(op, "f").outputs[k])
     if inner.op.type in op_types.CONDITIONALS:
       return _declared_shape(inner.op, inner.value_index)
     return declared

@@ -91,19 +91,13 @@ def _type_fake_lists(graphs):
   """Gives each variant FakeParam output of a branch the TensorList element type of the
   other branches' output at its position (cond_v2 leaves it untyped)."""
   for outputs in zip(*[g.outputs for g in graphs]):
-    fakes = [t for t in map(_through_identity, outputs)
+    fakes = [t for t in map(graph_io.through_identities, outputs)
              if t.op.type == "FakeParam" and t.dtype == tf.variant]
     typed = [t for t in outputs if t.dtype == tf.variant and
              handle_data_util.get_resource_handle_data(t).is_set]
     if fakes and typed:
       for t in fakes:
         handle_data_util.copy_handle_data(typed[0], t)
-
-
-def _through_identity(t):
-  while t.op.type == "Identity":
-    t = t.op.inputs[0]
-  return t
 
 
 def _known_branch(op, graph):
@@ -257,7 +251,7 @@ def _sizes_by_branch(op, graphs):
   for k, outs in enumerate(zip(*[g.outputs for g in graphs])):
     shapes = [t.shape for t in outs]
     _check_same_later_axes(op, k, [t.shape for t in outs
-                                   if _through_identity(t).op.type != "FakeParam"])
+                                   if graph_io.through_identities(t).op.type != "FakeParam"])
     if any(s.rank in (None, 0) or not s[1:].is_fully_defined() for s in shapes):
       continue
     firsts = {s[0] for s in shapes}
@@ -319,7 +313,7 @@ def _shape_stand_ins(graphs, outputs):
   read it, so only its shape matters.
   """
   for k in range(len(outputs[0])):
-    fake = [_through_identity(g.outputs[k]).op.type == "FakeParam" for g in graphs]
+    fake = [graph_io.through_identities(g.outputs[k]).op.type == "FakeParam" for g in graphs]
     real = [outs[k] for outs, f in zip(outputs, fake) if not f]
     if not any(fake) or not real or not isinstance(real[0], tf.Tensor):
       continue
