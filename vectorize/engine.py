@@ -83,9 +83,22 @@ def trace_loop_body(loop_fn):
 
 def whole_loop_context(n, static_n, fallback_allowed, report):
   """The Context of all n iterations: `indices` is `range(n)`."""
-  return Context(n=n, indices=tf.range(n), static_n=static_n,
+  indices = tf.range(n)
+  if static_n == 0:   # see `_opaque_empty`
+    indices = _opaque_empty(indices)
+  return Context(n=n, indices=indices, static_n=static_n,
                  fallback_allowed=fallback_allowed, report=report,
                  target=Target.for_this_graph(indices_are_range=True))
+
+
+def _opaque_empty(indices):
+  """The empty index vector of a static n = 0, hidden from Grappler's constant folding
+  (static shape kept). Values computed from it and from constants would fold to empty
+  constants, and Grappler's ArithmeticOptimizer divides by zero (SIGFPE: the process dies)
+  rewriting a Mul of such an empty constant that broadcasts another empty value (TF 2.21:
+  `tf.function(lambda x: x * tf.zeros([0, 1, 3]))(tf.zeros([0, 2, 1]))`; dense
+  `tf.nn.ctc_loss` in a body does it)."""
+  return tf.raw_ops.PlaceholderWithDefault(input=indices, shape=[0])
 
 
 def chunk_context(start, size, fallback_allowed, report):

@@ -24,13 +24,14 @@ from vectorize.values import Value
 @register("PartitionedCall", "StatefulPartitionedCall", op_types.LEGACY_CALL)
 def _convert_partitioned_call(op):
   if graph_io.is_legacy_call(op.op) and op.ctx.static_n == 0:
-    # Seen with tf.nn.ctc_loss's dense form: the converted graph at a static n = 0 stops
-    # the process (a floating point exception inside TensorFlow), not raised.
+    # A legacy function's graph, built from its definition, has values of unknown shape;
+    # one the fallback computes (tf.nn.ctc_loss's dense form has some) takes its shape from
+    # the iterations, and there are none.
     raise ConversionError(
         f"Cannot vectorize the call of legacy function {op.type}{user_location(op.op)} at "
-        "a static n = 0: TensorFlow aborts on the empty batch there. To fix: skip the call "
-        "when there are no examples (for tf.nn.ctc_loss, sparse labels avoid the legacy "
-        "function).")
+        "a static n = 0: its values have no static shapes, and with no iteration the "
+        "fallback inside it has none to give. To fix: skip the call when there are no "
+        "examples (for tf.nn.ctc_loss, sparse labels avoid the legacy function).")
   graph = graph_io.called_graph(op.op)
   # The first outputs only: a gradient taken of the function elsewhere (eagerly) appends
   # its intermediates to the outputs of the same FuncGraph.
