@@ -77,8 +77,7 @@ _WRITES = (_ASSIGN, _ADD, _OTHER)
 
 def _accesses(graph, resource):
   """The ops of `graph` that take `resource` (or an Identity of it), in program order."""
-  while resource.op.type == "Identity":
-    resource = resource.op.inputs[0]
+  resource = graph_io.through_identities(resource)
   # Follows consumers rather than scanning the graph: a body reading many variables would
   # otherwise cost (reads x ops).
   aliases, users, frontier = {resource.ref()}, {}, [resource]

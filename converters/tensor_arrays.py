@@ -17,6 +17,7 @@ into one element, and stacks captured from outside the body.
 
 import tensorflow as tf
 
+from vectorize import graph_io
 from vectorize import values
 from vectorize.errors import Unvectorizable
 from vectorize.registry import register
@@ -27,9 +28,7 @@ _PREFIX = "vectorize_batched_"
 
 def _creator(handle):
   """The op that made a handle, through Identity ops."""
-  while handle.op.type == "Identity":
-    handle = handle.op.inputs[0]
-  return handle.op
+  return graph_io.through_identities(handle).op
 
 
 def _batched(op):

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.python.ops import handle_data_util
 from tensorflow.python.ops import list_ops
 
+from vectorize import graph_io
 from vectorize import indexing
 from vectorize import lists
 from vectorize import op_types
@@ -204,9 +205,7 @@ def _convert_tensor_list_reserve(op):
 def _capacity_of_measured_list(op):
   """The static capacity of the stacked list whose `TensorListLength` is op's size (each
   iteration's length is at most that), or None."""
-  size = op.op.inputs[1]
-  while size.op.type == "Identity":
-    size = size.op.inputs[0]
+  size = graph_io.through_identities(op.op.inputs[1])
   if size.op.type != "TensorListLength":
     return None
   measured = op.converted(size.op.inputs[0])

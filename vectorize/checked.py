@@ -119,10 +119,7 @@ def _writes_unknown_resources(graph):
 def _writes_outside(graph, known, seen):
   """Whether an op of `graph` (or of a function it calls) writes through a handle not in
   `known` (refs of `graph`'s tensors), following handles into called functions' inputs."""
-  def origin(t):
-    while t.op.type == "Identity":
-      t = t.op.inputs[0]
-    return t
+  origin = graph_io.through_identities
 
   for op in graph.get_operations():
     if _changes_resource(op):

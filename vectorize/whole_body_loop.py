@@ -24,8 +24,7 @@ def resource_users(resource):
   """The ops that take the handle `resource` (or an Identity of it) in its graph, and in the
   functions of the calls, conditionals and loops that take it, at any depth. `resource` may
   be an Identity of the handle: its users start from the handle."""
-  while resource.op.type == "Identity":
-    resource = resource.op.inputs[0]
+  resource = graph_io.through_identities(resource)
   users, frontier, seen = [], [resource], {resource.ref()}
   while frontier:
     for o in frontier.pop().consumers():

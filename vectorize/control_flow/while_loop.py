@@ -57,14 +57,15 @@ def _convert_while(op):
   if cond_stacked:
     _check_no_resizing(op, body, flags, reads)
   ctx = op.ctx
-  init = [Value(_initial(v, ctx, shape) if f else v.tensor, f)
-          for v, f, shape in zip(op.inputs, flags, element_shapes)]
+  flags = [f and k not in reads.values for k, f in enumerate(flags)]
+  sums = {} if cond_stacked else _sums_of_products(op, cond_graph, body, flags, reads)
+  # (a sum's initial value is added once after the loop, as it is: not tiled)
+  init = [v if k in sums else Value(_initial(v, ctx, shape) if f else v.tensor, f)
+          for k, (v, f, shape) in enumerate(zip(op.inputs, flags, element_shapes))]
   for k in reads.values:
     init[k] = Value(reads.initial_state(op, k), False)
-  flags = [f and k not in reads.values for k, f in enumerate(flags)]
   if not cond_stacked:
     init = _uniform_lists(op, body, init, flags, reads)
-    sums = _sums_of_products(op, cond_graph, body, flags, reads)
     results = _invariant_loop(op, cond_graph, body, init, flags, reads, sums)
   else:
     init = [Value(lists.as_dense(v.tensor), v.stacked) for v in init]
@@ -161,10 +162,7 @@ class _Body:
 
   def passes_through(self, k):
     """Whether body output k is body input k, possibly through Identity ops."""
-    t = self.outputs[k]
-    while t.op.type == "Identity":
-      t = t.op.inputs[0]
-    return t is self.graph.inputs[k]
+    return graph_io.through_identities(self.outputs[k]) is self.graph.inputs[k]
 
 
 def _refuse_state_read_and_written(op, cond_graph, body_graph):
@@ -245,8 +243,7 @@ def _check_static_list_growth(op, body):
   for k, t in enumerate(op.op.inputs):
     if t.dtype != tf.variant or body.passes_through(k):
       continue
-    while t.op.type == "Identity":
-      t = t.op.inputs[0]
+    t = graph_io.through_identities(t)
     if t.op.type != "EmptyTensorList":
       continue
     limit = tf.get_static_value(t.op.inputs[1])
@@ -468,8 +465,13 @@ class _SumOfProducts:
             for handle, t in zip(lists_, self.factors)]         # [steps, n] + factor shape
     left = _steps_end_to_end(rows[0], contracted_last=not self.product.get_attr("transpose_a"))
     right = _steps_end_to_end(rows[1], contracted_last=self.product.get_attr("transpose_b"))
-    return stack(initial, ctx.n) + tf.matmul(left, right, transpose_a=True,
-                                               name=SUM_OVER_STEPS)
+    total = tf.matmul(left, right, transpose_a=True, name=SUM_OVER_STEPS)
+    if initial.stacked:
+      return initial.tensor + total
+    start = tf.get_static_value(initial.tensor)   # a gradient's accumulator starts at zero
+    if start is not None and not start.any():
+      return total
+    return total + initial.tensor   # broadcast over the loop axis: no `[n] + shape` tile
 
 
 def _steps_end_to_end(rows, contracted_last):
@@ -531,9 +533,7 @@ def _counts_steps(op, body):
   """Whether loop variable 0 starts at 0 and each step adds 1 to it."""
   if tf.get_static_value(op.op.inputs[0]) != 0:
     return False
-  out = body.outputs[0]
-  while out.op.type == "Identity":
-    out = out.op.inputs[0]
+  out = graph_io.through_identities(body.outputs[0])
   if out.op.type not in ("AddV2", "Add"):
     return False
   a, b = out.op.inputs
@@ -545,10 +545,10 @@ def _added_product(body, k):
   """The MatMul whose output the body adds to loop variable k to make its next value (k's
   only use), or None."""
   variable = body.graph.inputs[k]
-  total = _through_identities(body.outputs[k])
+  total = graph_io.through_identities(body.outputs[k])
   if total.op.type not in ("AddV2", "AddN") or len(total.op.inputs) != 2:
     return None
-  terms = [_through_identities(t) for t in total.op.inputs]
+  terms = [graph_io.through_identities(t) for t in total.op.inputs]
   if terms[1] is variable:
     terms.reverse()
   if terms[0] is not variable or terms[1].op.type != "MatMul":
@@ -571,12 +571,6 @@ def _added_product(body, k):
       return None
     t = t.op.inputs[0]
   return terms[1].op
-
-
-def _through_identities(t):
-  while t.op.type == "Identity":
-    t = t.op.inputs[0]
-  return t
 
 
 def _stacked_loop(op, ctx, cond_graph, body, init, flags, reads):

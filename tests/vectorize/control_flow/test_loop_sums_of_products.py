@@ -163,3 +163,24 @@ def test_per_iteration_trips_keep_the_sum():
     return tf.while_loop(lambda t, acc: t < i + 2, step, (0, tf.zeros([4, 3])))[1]
 
   np.testing.assert_allclose(_pfor(body, 6), _looped(body, 6), rtol=1e-5, atol=1e-5)
+
+
+def test_the_initial_sum_is_added_after_the_loop_as_it_is():
+  """A gradient's zero accumulator adds nothing (no `[n] + weight` tile of zeros, no add);
+  an invariant start is broadcast, a per-iteration one added as it is."""
+  graph = tf.function(lambda: _pfor(_rnn_weight_gradients, 6)).get_concrete_function().graph
+  tiles = [op for op in testing.all_ops(graph) if op.type == "Tile" and
+           op.outputs[0].shape in ([6, 4, 5], [6, 5, 5])]
+  assert not tiles, [op.name for op in tiles]
+
+  def body(i):
+    xs = X[i]
+
+    def step(t, acc):
+      return t + 1, acc + tf.matmul(xs[t][:, None], tf.tanh(xs[t])[None, :3])
+
+    start = tf.tile(xs[0][:, None], [1, 3])   # per-iteration
+    return tf.while_loop(lambda t, acc: t < 9, step, (0, start))[1]
+
+  np.testing.assert_allclose(_pfor(body, 6), _looped(body, 6), rtol=1e-5, atol=1e-5)
+  assert _sums_after_loops(lambda: _pfor(body, 6)) == 1
