@@ -215,6 +215,36 @@ def test_modes_and_empty_batches(mode, b):
   _assert_matches(loss_fn, model.trainable_variables, (x, y), 0.3, sums, norms)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("b", [0, B])
+def test_lookup_rows_of_repeated_and_per_example_ids(mode, b):
+  """A table read at repeated ids, and at a per-example number of ids (ragged factors): the
+  rows of one id add up before they are squared."""
+  model = _RawModel(tf.float32)
+  variables = [model.table, model.w]
+  x = _normal([B, 4])[:b]
+  ids = tf.constant([[1, 1, 2, 1], [0, 8, 8, 8], [3, 3, 3, 3], [5, 6, 7, 0], [2, 4, 2, 4]])[:b]
+  lengths = tf.constant([4, 2, 0, 3, 4])[:b]
+
+  def loss_fn(xi, row_ids, length):
+    # (under XLA a per-example length is a dynamic shape, which it refuses: three ids)
+    read = row_ids[:3] if mode == "xla" else row_ids[:length]
+    return model.loss(xi, row_ids) + tf.reduce_sum(tf.gather(model.table, read) ** 2)
+
+  def run(x, ids, lengths):
+    return vectorize.clipped_gradient_sum(loss_fn, variables, x, ids, lengths, l2_norm_clip=0.5,
+                                          return_norms=True, fallback_to_while_loop=False)
+
+  if mode == "runtime_batch":
+    fn = tf.function(run, input_signature=[tf.TensorSpec([None, 4]),
+                                           tf.TensorSpec([None, 4], tf.int32),
+                                           tf.TensorSpec([None], tf.int32)])
+  else:
+    fn = tf.function(run, jit_compile=(mode == "xla"))
+  sums, norms = fn(x, ids, lengths)
+  _assert_matches(loss_fn, variables, (x, ids, lengths), 0.5, sums, norms)
+
+
 def _all_shapes(graph):
   """Static shapes of every op output in `graph` and the functions it calls, any depth."""
   shapes, seen, todo = [], set(), [graph]
