@@ -155,16 +155,10 @@ def _convert_stateful_uniform_int(op):
 
 @register("StatefulRandomBinomial")
 def _convert_stateful_random_binomial(op):
-  """Draws `[n] + shape`. The kernel wants `shape` to end with the parameters' broadcast
-  shape, so stacked parameters are broadcast to `[n] + shape` (invariant ones already fit)."""
-  resource, algorithm, shape = op.invariant(0), op.invariant(1), _widened_shape(op, 2)
-  params = [op.value(3).tensor, op.value(4).tensor]
-  if op.is_stacked(3) or op.is_stacked(4):
-    k = _shape_length(op, 2)
-    params = [values.expand_after_loop_axis(v.tensor, k + 1 - values.rank(v.tensor))
-              if v.stacked else v.tensor for v in (op.value(3), op.value(4))]
-    params = [tf.broadcast_to(p, shape) for p in params]
-  return stacked(op.rebuild([resource, algorithm, shape] + params)[0])
+  """Iteration by iteration: the kernel skips the generator's counter by an amount that is
+  not linear in the sample's size (TF 2.21: 256 * (150 + 50 k) for k values, more where the
+  parameters broadcast), so one wide draw would leave the state where no loop leaves it."""
+  return family.run_sequential(op)
 
 
 @register("Multinomial")

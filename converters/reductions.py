@@ -86,6 +86,7 @@ def _segment_reduce(op, kind, rows, ids, num_segments, empty_is_zero=False):
     The stacked result `[n, s, rest...]`.
   """
   n = values.loop_length(op.ctx)
+  ids = values.with_wide_indices(ids)   # n * s ids (int16 ones: no Range kernel either)
   dtype = ids.tensor.dtype
   s = num_segments if isinstance(num_segments, int) else tf.cast(num_segments, dtype)
   in_range = tf.logical_and(ids.tensor >= 0, ids.tensor < s)

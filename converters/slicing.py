@@ -58,7 +58,9 @@ def _loop_ids(n, like):
 
 
 def _prepend_iteration_coordinate(indices):
-  """`[n, M..., k] -> [n, M..., k + 1]`: each index gets its iteration id in front."""
+  """`[n, M..., k] -> [n, M..., k + 1]`: each index gets its iteration id in front (int32
+  for narrower indices: `values.with_wide_indices`; the op's `Tindices` follows)."""
+  indices = values.with_wide_indices(stacked(indices)).tensor
   shape = tf.shape(indices, out_type=indices.dtype)
   ids = values.expand_after_loop_axis(_loop_ids(shape[0], indices), values.rank(indices) - 1)
   ids = tf.broadcast_to(ids, tf.concat([shape[:-1], tf.ones([1], indices.dtype)], 0))
@@ -139,7 +141,7 @@ def _convert_gather_nd(op):
   if not op.is_stacked(0):
     return stacked(op.rebuild([op.invariant(0), op.value(1).tensor])[0])
   indices = _prepend_iteration_coordinate(op.stacked(1))
-  return stacked(op.rebuild([op.value(0).tensor, indices])[0])
+  return stacked(op.rebuild([op.value(0).tensor, indices], {"Tindices": indices.dtype})[0])
 
 
 @register("ScatterNd")
@@ -147,13 +149,15 @@ def _convert_scatter_nd(op):
   """Scatters every iteration into its own row of `[n] + shape`."""
   indices = _prepend_iteration_coordinate(op.stacked(0))
   shape = _with_loop_dim(op.ctx, op.invariant(2))
-  return stacked(op.rebuild([indices, op.stacked(1), shape])[0])
+  shape = tf.cast(shape, indices.dtype)
+  return stacked(op.rebuild([indices, op.stacked(1), shape], {"Tindices": indices.dtype})[0])
 
 
 def _convert_tensor_scatter(op):
   """Scatters into the stacked tensor, each index prefixed by its iteration id."""
   indices = _prepend_iteration_coordinate(op.stacked(1))
-  return stacked(op.rebuild([op.stacked(0), indices, op.stacked(2)])[0])
+  return stacked(op.rebuild([op.stacked(0), indices, op.stacked(2)],
+                            {"Tindices": indices.dtype})[0])
 
 
 # ----------------------------------------------------------------------------------------

@@ -118,6 +118,15 @@ def max_or_zero(tensor):
   return tf.maximum(tf.reduce_max(tensor), tf.zeros([], tensor.dtype))
 
 
+def with_wide_indices(value):
+  """A Value of indices as int32 where they are narrower (int16, int8): ids that the loop
+  axis offsets or prefixes address n times as many rows, and TF's index ops that make them
+  (Range, Shape) take int32 and int64 only."""
+  if value.tensor.dtype in (tf.int32, tf.int64):
+    return value
+  return Value(tf.cast(value.tensor, tf.int32), value.stacked)
+
+
 def offset_by_iteration(ids, step, n):
   """`ids + i * step` in iteration i, stacked `[n, ...]` (the Value `ids` may be invariant:
   it broadcasts): ids that address `step` rows of one iteration then address disjoint rows

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tests.converters.op_cases import OpCase, indices_below
 
-F32, F64, I32, I64 = tf.float32, tf.float64, tf.int32, tf.int64
+F32, F64, I16, I32, I64 = tf.float32, tf.float64, tf.int16, tf.int32, tf.int64
 
 _NO_XLA_SEGMENT_COUNT = ("the segment count depends on stacked ids' values, so the output "
                          "shape is not static (the op itself has no XLA kernel)")
@@ -131,7 +131,7 @@ _SEGMENT_STACKED_IDS = [(True, True), (False, True)]
 
 _UNSORTED_CASES = [
     OpCase("UnsortedSegmentSum", lambda d, i: tf.math.unsorted_segment_sum(d, i, 3),
-           [[4, 3], [4]], dtypes=[(F32, I32), (F64, I64), (I32, I32)],
+           [[4, 3], [4]], dtypes=[(F32, I32), (F64, I64), (I32, I32), (F32, I16)],
            make=[None, indices_below(3)]),
     OpCase("UnsortedSegmentSum-negative_ids", lambda d, i: tf.math.unsorted_segment_sum(d, i, 3),
            [[4, 3], [4]], dtypes=[(F32, I32)], make=[None, ids_with_negatives(3)]),

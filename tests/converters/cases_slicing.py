@@ -10,7 +10,7 @@ from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
 from tests.converters.op_cases import OpCase, indices_below
 
-F32, F64, I32, I64 = tf.float32, tf.float64, tf.int32, tf.int64
+F32, F64, I16, I32, I64 = tf.float32, tf.float64, tf.int16, tf.int32, tf.int64
 
 
 
@@ -82,7 +82,7 @@ CASES = [
            dtypes=_GATHER_DTYPES, make=[None, indices_below(5)]),
     # GatherNd.
     OpCase("GatherNd", lambda x, i: tf.gather_nd(x, i), [[4, 4, 3], [5, 2]],
-           dtypes=_GATHER_DTYPES, make=[None, indices_below(4)]),
+           dtypes=_GATHER_DTYPES + ((F32, I16),), make=[None, indices_below(4)]),
     OpCase("GatherNd-full_index", lambda x, i: tf.gather_nd(x, i), [[4, 4], [2, 3, 2]],
            dtypes=_GATHER_DTYPES, make=[None, indices_below(4)]),
     OpCase("GatherNd-batch_dims", lambda x, i: tf.gather_nd(x, i, batch_dims=1),
