@@ -21,7 +21,8 @@ kernels make floats and keys their own way, the V2 float32/float64 uniform and n
 samplers (normal ones of rank 0 or 1), the integer samplers and the key ops follow XLA's,
 bit for bit). The rest (under XLA V1 samplers, 16-bit floats and normal samples of higher
 rank; truncated normal, gamma, Poisson, binomial,
-multinomial) run iteration by iteration, on purpose (exact, not counted as a fallback). Two have an exact vectorized form when only
+multinomial; and the generator's binomial, `StatefulRandomBinomial`) run iteration by
+iteration, on purpose (exact, not counted as a fallback). Two have an exact vectorized form when only
 their other inputs differ per iteration: integer samplers with stacked bounds reduce the same
 random bits modulo each iteration's range, as the kernels do, and a stateless shuffle is one
 permutation gathered from every iteration's value. `RandomGammaGrad`, the reparameterization

@@ -31,6 +31,7 @@ PATTERNS_FROM = 3_000_000   # seeds from here also draw pattern_pool.py (state, 
 RECURRENCES_FROM = 3_600_000  # seeds from here also draw variables the body reads and
                               # writes (pattern_pool.g_state_recurrence)
 PADDINGS_FROM = 4_200_000   # seeds from here also draw pads by per-iteration paddings
+INDEX_VALUES_FROM = 4_700_000  # seeds from here also draw values of the index and constants
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
             "int64": "tf.int64", "float64": "tf.float64", "string": "tf.string",
             "state": "tf.int32", RAGGED: "tf.float32"}
@@ -509,6 +510,20 @@ class Generator(RaggedPool, LatePool, PatternPool):
       extra = ", constant_values=2" if a.dtype == INT else ", constant_values=1.5"
     return self.emit(f'tf.pad({{0}}, {pads}, mode="{mode}"{extra})', [a.name], out, a.dtype,
                      "pad", a.exact)
+
+  def g_index_value(self):
+    """A per-iteration value of the index and constants only: at a static n = 0 Grappler
+    folds it to an empty constant (a product of one that broadcast another empty value
+    once killed the process in Grappler's ArithmeticOptimizer)."""
+    shape = self.rand_shape()
+    k = size(shape)
+    form = self.rng.choice([
+        f"tf.fill({list(shape)}, tf.cast(i, tf.float32) * 0.5)",
+        f"tf.reshape(tf.cast(tf.math.floormod(tf.range({k}) + i, 3), tf.float32), "
+        f"{list(shape)})",
+        f"tf.reshape(tf.one_hot(tf.math.floormod(i, {k}), {k}), {list(shape)})",
+        f"tf.reshape(tf.cast(tf.range({k}) < i, tf.float32), {list(shape)})"])
+    return self.emit(form, [], shape, FLOAT, "index_value")
 
   def g_pad_per_iteration(self):
     """tf.pad by paddings that differ per iteration and add one total (session 22: a Pad
@@ -1159,6 +1174,7 @@ class Generator(RaggedPool, LatePool, PatternPool):
                      ("g_ta_ragged", 9), ("g_mixed", 6)]
   RECURRENCE_WEIGHTS = [("g_state_recurrence", 10)]
   PADDINGS_WEIGHTS = [("g_pad_per_iteration", 3)]
+  INDEX_VALUES_WEIGHTS = [("g_index_value", 6)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1177,7 +1193,9 @@ class Generator(RaggedPool, LatePool, PatternPool):
                            (self.NESTED_WEIGHTS if self.seed >= NESTED_FROM else []) +
                            (self.PATTERN_WEIGHTS if self.seed >= PATTERNS_FROM else []) +
                            (self.RECURRENCE_WEIGHTS if self.seed >= RECURRENCES_FROM else []) +
-                           (self.PADDINGS_WEIGHTS if self.seed >= PADDINGS_FROM else [])))
+                           (self.PADDINGS_WEIGHTS if self.seed >= PADDINGS_FROM else []) +
+                           (self.INDEX_VALUES_WEIGHTS if self.seed >= INDEX_VALUES_FROM
+                            else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]
       if self.depth and g in ("g_function",):
