@@ -461,16 +461,20 @@ def _common_leading_dimension(flat):
   """n for elems whose leading dimensions are n or 1 (1 broadcasts, as in TF), and the
   run-time checks needed where a dimension is unknown while tracing."""
   leading = [dims.leading(e) for e in flat]
-  known = sorted({d for d in leading if d is not None})
-  if len(known) > 2 or (len(known) == 2 and known[0] != 1):
+  known = {d for d in leading if d is not None and d != 1}   # 0 too: no iteration
+  if len(known) > 1:
     raise ValueError(f"vectorized_map: the tensors of elems must have the same leading "
                      f"dimension, or 1 (broadcast); got {', '.join(str(d) for d in leading)}.")
   if None not in leading:
-    return known[-1], []
+    return known.pop() if known else 1, []
   if len(flat) == 1:
     return _leading_size(flat[0]), []
   sizes = tf.stack([_leading_size(e) for e in flat])
-  n = known[-1] if known and known[-1] > 1 else tf.reduce_max(sizes)
+  if known:
+    n = known.pop()
+  else:   # the size other than 1 (0 included), or 1 where all are
+    other = tf.reduce_max(tf.where(tf.equal(sizes, 1), -1, sizes))
+    n = tf.where(other < 0, 1, other)
   check = tf.raw_ops.Assert(
       condition=tf.reduce_all(tf.equal(sizes, n) | tf.equal(sizes, 1)),
       data=["vectorized_map: the tensors of elems must have the same leading dimension, or 1 "

@@ -814,10 +814,6 @@ def test_eager_calls_do_not_emit_tensorflows_retracing_warning(what):
   assert not retracing, retracing[0][:300]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vectorized_map with a batch of 0 and a broadcast element of leading dimension 1 raises "
-    "'must have the same leading dimension, or 1 (broadcast); got 0, 1.' instead of mapping "
-    "over no examples (the docs: a leading dimension of 1 is broadcast to every iteration)"))
 @pytest.mark.parametrize("mode", ["eager", "signature"])
 def test_vectorized_map_broadcast_leading_one_with_empty_batch(mode):
   fn = lambda e: e[0] * e[1]

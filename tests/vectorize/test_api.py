@@ -261,6 +261,23 @@ def test_vectorized_map_of_one_run_time_batch_adds_no_assert():
     two(tf.ones([4, 3]), tf.ones([3, 1]))
 
 
+def test_vectorized_map_broadcasts_a_leading_one_against_no_examples():
+  """A leading 1 broadcasts against a batch of 0 too (no iteration), statically and at run
+  time; all leading dimensions 1 make one iteration."""
+  row = tf.constant([[1.0, 2.0, 3.0]])
+  fn = lambda e: e[0] * e[1]
+  assert vectorize.vectorized_map(fn, (tf.zeros([0, 3]), row)).shape == (0, 3)
+  assert vectorize.vectorized_map(fn, (row, tf.zeros([0, 3]))).shape == (0, 3)
+  two = tf.function(lambda x, y: vectorize.vectorized_map(fn, (x, y)),
+                    input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None, 3])])
+  assert two(tf.zeros([0, 3]), row).shape == (0, 3)
+  assert two(row, tf.zeros([0, 3])).shape == (0, 3)
+  np.testing.assert_allclose(two(row, 2 * row), [[2.0, 8.0, 18.0]])
+  np.testing.assert_allclose(two(tf.ones([2, 3]), row), [[1.0, 2.0, 3.0]] * 2)
+  with pytest.raises(ValueError, match="same leading dimension"):
+    vectorize.vectorized_map(fn, (tf.zeros([0, 3]), tf.zeros([2, 3])))
+
+
 # ----------------------------------------------------------------------------- pfor_config
 
 def test_pfor_config_reduce_sum_gives_a_batch_statistic():
