@@ -179,6 +179,13 @@ def _convert(body, n, static_n, chunked, chunk_size, fallback_allowed, report):
     flat = [kinds.of(v).pack(v, n) for v in values]
     return body.traced.pack(flat, operations)
   checked.warn_not_checked_in_chunks()
+  if static_n is None and options.compiled_by_xla():
+    raise ConversionError(
+        f"pfor with parallel_iterations={chunk_size} under XLA (jit_compile=True) needs n "
+        "known when it traces: XLA compiles chunks of one static size, and this n is a "
+        "run-time value (a batch of unknown size). To fix: give the batch a static size (an "
+        "input_signature with it), drop parallel_iterations (all iterations at once), or "
+        "call it without jit_compile.")
   if static_n is not None and options.compiled_by_xla():
     flat, operations = _convert_in_static_chunks(body, static_n, chunk_size,
                                                  fallback_allowed, report)

@@ -826,10 +826,6 @@ def test_vectorized_map_broadcast_leading_one_with_empty_batch(mode):
   assert_close(f(x[:0]), tf.zeros([0, 3]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "parallel_iterations with a batch of run-time size under jit_compile=True fails with "
-    "XLA's raw 'Input 1 to node pfor/while/range with op Range must be a compile-time "
-    "constant' instead of a ConversionError (or a result)"))
 def test_parallel_iterations_under_xla_with_signature_none_batch():
   f = tf.function(lambda x: vectorize.pfor(lambda i: tf.cumsum(x[i]) * 2.0, tf.shape(x)[0],
                                            parallel_iterations=2),
@@ -837,8 +833,9 @@ def test_parallel_iterations_under_xla_with_signature_none_batch():
   x = tf.constant(R(5, 3, seed=56))
   try:
     got = f(x)
-  except vectorize.ConversionError:
-    return                                          # a clear refusal is acceptable
+  except vectorize.ConversionError as e:            # a clear refusal is acceptable
+    assert "parallel_iterations" in str(e) and "To fix" in str(e), str(e)
+    return
   assert_close(got, tf.cumsum(x, axis=1) * 2.0)
 
 
