@@ -40,12 +40,13 @@ CHECK_MARK = "vectorize checked mode"
 # Why an Optional (a tf.cond's intermediate in a gradient) stops a conversion.
 OPTIONALS = (
     "TensorFlow rewrote a tf.cond to pass its intermediates to a gradient as Optionals (as "
-    "it does when a tape differentiates a tf.function holding it, or where the branches "
-    "could not be traced for the gradient without them), and an Optional that differs per "
-    "iteration has no vectorized form. To fix: give vectorize the undecorated function "
-    "(`f.python_function`), let vectorize see the tf.function before a tape "
-    "differentiates it eagerly, or take the gradient outside the tf.cond (tf.where of both "
-    "branches' values), or turn the fallback on")
+    "it does once a tape has differentiated a tf.function holding it eagerly, or where the "
+    "branches could not be traced for the gradient without them), and an Optional that "
+    "differs per iteration has no vectorized form, nor can it run in a sequential loop. To "
+    "fix: give vectorize the undecorated function (`f.python_function`; a function loaded "
+    "from a SavedModel has none: let vectorize trace it before a tape differentiates it "
+    "eagerly, or load it again), or take the gradient outside the tf.cond (tf.where of "
+    "both branches' values)")
 
 
 @contextlib.contextmanager
