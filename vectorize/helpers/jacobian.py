@@ -216,9 +216,8 @@ def hessian(f, x, use_pfor=True, parallel_iterations=None):
     >>> vectorize.hessian(lambda x: tf.reduce_sum(x ** 3), tf.ones([3]))   # diag(6)
     >>> vectorize.hessian(lambda x: x ** 2, tf.ones([3]))                   # [3, 3, 3]
 
-  Limits: an `f` with a `tf.while_loop` raises ValueError for now (the engine loses the
-  static loop-axis size of a stacked TensorList in the second-order loop; jacobians of
-  such an `f` work).
+  An `f` with a `tf.while_loop`, `tf.scan` or `tf.map_fn` differentiates through its loop
+  twice (the loop's gradient's gradient), as nested tapes do.
   """
   def in_graph(x):
     y = f(x)
