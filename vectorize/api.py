@@ -20,7 +20,7 @@ from vectorize import engine
 from vectorize import program_cache
 from vectorize import dims
 from vectorize import trace
-from vectorize.cache import eager_call, functions_traced
+from vectorize.cache import eager_call, functions_traced, internal_function
 from vectorize.options import static_shapes  # pylint: disable=unused-import  (re-exported)
 
 
@@ -98,10 +98,10 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
   if tf.executing_eagerly():
     key = (fallback_to_while_loop, warn, _dense_specs(elems))
     return eager_call("vectorized_map", fn, key, lambda: _program_map_function(
-        fn, elems, fallback_to_while_loop, warn) or tf.function(
+        fn, elems, fallback_to_while_loop, warn) or internal_function(
             functools.partial(_eager_body, _vectorized_map_in_graph, fn,
-                              fallback_to_while_loop=fallback_to_while_loop, warn=warn),
-            autograph=False), elems)
+                              fallback_to_while_loop=fallback_to_while_loop, warn=warn)),
+        elems)
   return _vectorized_map_in_graph(fn, elems, fallback_to_while_loop, warn)
 
 
@@ -182,8 +182,8 @@ def _make_eager_function(loop_fn, static, iters, fallback, parallel_iterations, 
                        parallel_iterations, warn, body=body)
 
   if static:
-    return tf.function(lambda: build(iters), autograph=False)
-  return tf.function(build, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
+    return internal_function(lambda: build(iters))
+  return internal_function(build, input_signature=[tf.TensorSpec([], tf.int32)])
 
 
 def _program_function(loop_fn, static, iters, fallback, parallel_iterations, warn):
@@ -198,7 +198,7 @@ def _program_function(loop_fn, static, iters, fallback, parallel_iterations, war
       body = program.bound(captured)
       return _eager_body(pfor_in_graph, body.loop_fn, n[0] if n else iters, fallback,
                          parallel_iterations, warn, body=body)
-    return tf.function(convert, autograph=False)
+    return internal_function(convert)
 
   signature = (iters if static else "dynamic", fallback, parallel_iterations, warn)
   return program_cache.converted(program, signature, make) or _make_eager_function(
@@ -229,7 +229,7 @@ def _program_map_function(fn, elems, fallback, warn):
       body = program.bound(captured)
       return _eager_body(pfor_in_graph, body.loop_fn, n, fallback, None, warn,
                          is_a_size=True, body=body)
-    return tf.function(convert, autograph=False)
+    return internal_function(convert)
 
   run = program_cache.converted(program, (specs, fallback, warn), make)
   if run is not None:
@@ -246,7 +246,7 @@ def _program_map_function(fn, elems, fallback, warn):
     return _eager_body(pfor_in_graph, body.loop_fn, n, fallback, None, warn, is_a_size=True,
                        body=body)
 
-  return tf.function(convert_own, autograph=False)
+  return internal_function(convert_own)
 
 
 def _dense_specs(elems):

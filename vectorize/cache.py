@@ -58,6 +58,15 @@ def _tracing_count(fn):
   return count() if count is not None else None
 
 
+def internal_function(fn, autograph=False, **function_options):
+  """`tf.function(fn)` for a conversion of ours. It traces once per batch size and body by
+  design (static shapes), so TensorFlow's frequent-retracing warning, which would name our
+  closure and tell the user to move a tf.function they never wrote, is off for it."""
+  made = tf.function(fn, autograph=autograph, **function_options)
+  made._omit_frequent_tracing_warning = True  # pylint: disable=protected-access
+  return made
+
+
 def body_function(run, **function_options):
   """`run` as a `tf.function` that traces the user's code inside it with autograph on (as
   an eager body's Python ran), our own code untouched."""
@@ -66,7 +75,7 @@ def body_function(run, **function_options):
     with trace.autograph_enabled():
       return run(*args)
 
-  return tf.function(traced, autograph=False, **function_options)
+  return internal_function(traced, **function_options)
 
 
 def cached(key, make):

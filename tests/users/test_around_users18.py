@@ -776,11 +776,6 @@ def test_per_example_gradients_signature_none_batch(jit):
     assert_close(f(x, y), tape_per_example(loss_fn, [v], x, y)[0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "eager vectorized_map / pfor / per_example_gradients / batch_jacobian_fn retrace an "
-    "internal tf.function per new batch size (or per new body), and TensorFlow's 'triggered "
-    "tf.function retracing ... define your @tf.function outside of the loop' warning names "
-    "vectorize's internals (_program_map_function.<locals>.make.<locals>.convert) to the user"))
 @pytest.mark.parametrize("what", ["batch_sizes", "bodies"])
 def test_eager_calls_do_not_emit_tensorflows_retracing_warning(what):
   # TF's detector counts traces per function code for the whole process and warns twice at

@@ -296,4 +296,4 @@ def _cached_function(tag, f, in_graph):
   """One `tf.function` of `in_graph` per (tag, f), shared by every call with that f; it runs
   as a graph even under `tf.config.run_functions_eagerly(True)`."""
   # tf.function's own autograph converts `f` as it calls it (a Python loop over a tensor).
-  return lambda x: cache.eager_call(tag, f, (), lambda: tf.function(in_graph), x)
+  return lambda x: cache.eager_call(tag, f, (), lambda: cache.internal_function(in_graph, autograph=True), x)
