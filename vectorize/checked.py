@@ -175,7 +175,7 @@ def convert_checked(body, ctx, vectorize_loop):
     return body.convert(ctx)
   graph, n = body.graph, ctx.n
   variables = list(graph.variables) if _changes_state(graph) else []
-  before = [tf.identity(v.read_value()) for v in variables]
+  before = [_snapshot(v) for v in variables]
   probes, drawn_into = _probes(graph)
   emitting = tf.compat.v1.get_default_graph()
   count = len(emitting.get_operations())
@@ -189,7 +189,7 @@ def convert_checked(body, ctx, vectorize_loop):
              o._get_control_flow_context() is None]  # pylint: disable=protected-access
   ran = [v.tensor for v in values if isinstance(v, Value) and isinstance(v.tensor, tf.Tensor)]
   with tf.control_dependencies(effects + ran if variables else []):
-    after = [tf.identity(v.read_value()) for v in variables]
+    after = [_snapshot(v) for v in variables]
   with tf.control_dependencies(after):
     restored = [v.assign(b) for v, b in zip(variables, before)]
   iterations = _iterations(n, options.CHECK_ALL if variables else sample)
@@ -205,7 +205,7 @@ def convert_checked(body, ctx, vectorize_loop):
       "loop if its converter refuses)."])
   checks = [tf.debugging.Assert(holds, [message])]
   with tf.control_dependencies([failure[0]]):
-    left = [tf.identity(v.read_value()) for v in variables]
+    left = [_snapshot(v) for v in variables]
   random_states = _written_with_random_values(graph, variables, drawn_into)
   for v, a, b in zip(variables, after, left):
     if id(v) in random_states:
@@ -216,6 +216,13 @@ def convert_checked(body, ctx, vectorize_loop):
   with tf.control_dependencies(checks):
     values = [_after(v) for v in values]
   return values, operations
+
+
+def _snapshot(variable):
+  """The variable's value now, copied: a read may alias its buffer, and a kernel that
+  updates it in place (TF's StatefulRandomBinomial advancing a generator's state) would
+  change the value read before it."""
+  return tf.raw_ops.Snapshot(input=variable.read_value())
 
 
 def _iterations(n, sample):
