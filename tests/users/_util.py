@@ -1,6 +1,9 @@
-"""Helpers for the users' tests: the sequential loop and a strict comparison."""
+"""Helpers for the users' tests: the sequential loop, pfor in each mode, a strict
+comparison."""
 import numpy as np
 import tensorflow as tf
+
+import vectorize
 
 
 def stack(values):
@@ -18,6 +21,24 @@ def loop(body, n):
   """stack(body(i) for i in range(n)) for n >= 1."""
   outs = [body(tf.constant(i)) for i in range(n)]
   return tf.nest.map_structure(lambda *xs: stack(xs), *outs)
+
+
+def run_pfor(body, n, mode):
+  """`vectorize.pfor(body, n)` eagerly, in a `tf.function` (static n), under XLA, with n a
+  run-time tensor ("runtime_n", inside a `tf.function`), or at n = 0 ("zero")."""
+  if mode == "eager":
+    return vectorize.pfor(body, n)
+  if mode == "function":
+    return tf.function(lambda: vectorize.pfor(body, n))()
+  if mode == "xla":
+    return tf.function(lambda: vectorize.pfor(body, n), jit_compile=True)()
+  if mode == "runtime_n":
+    f = tf.function(lambda k: vectorize.pfor(body, k),
+                    input_signature=[tf.TensorSpec([], tf.int32)])
+    return f(tf.constant(n, tf.int32))
+  if mode == "zero":
+    return vectorize.pfor(body, 0)
+  raise AssertionError(mode)
 
 
 def rows(fn, elems):

@@ -29,6 +29,7 @@ import pytest
 import tensorflow as tf
 
 import vectorize
+from tests.users._util import run_pfor
 
 ALL = ("eager", "xla", "runtime_n", "zero")      # runtime_n runs inside a tf.function
 WITH_FUNCTION = ALL   # (a static-n "function" mode dropped: runtime_n traces a graph too)
@@ -114,22 +115,6 @@ def empty_like_example(body):
   one = body(tf.constant(0))
   return tf.nest.map_structure(
       lambda t: np.zeros((0,) + tuple(t.shape), t.dtype.as_numpy_dtype), one)
-
-
-def run_pfor(body, n, mode):
-  if mode == "eager":
-    return vectorize.pfor(body, n)
-  if mode == "function":
-    return tf.function(lambda: vectorize.pfor(body, n))()
-  if mode == "xla":
-    return tf.function(lambda: vectorize.pfor(body, n), jit_compile=True)()
-  if mode == "runtime_n":
-    f = tf.function(lambda k: vectorize.pfor(body, k),
-                    input_signature=[tf.TensorSpec([], tf.int32)])
-    return f(tf.constant(n, tf.int32))
-  if mode == "zero":
-    return vectorize.pfor(body, 0)
-  raise AssertionError(mode)
 
 
 def check_program(body, n, mode, rtol=None, atol=None, ragged_outputs=(), xla_loop=False):
