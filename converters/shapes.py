@@ -84,7 +84,7 @@ def _convert_identity(op):
       if before.dtype == tf.variant:
         handle_data_util.copy_handle_data(before, after)
     return Value(type(v.tensor)(*passed), True)
-  return Value(op.rebuild([v.tensor])[0], v.stacked)
+  return Value(op.rebuild([v.tensor], {"T": v.tensor.dtype})[0], v.stacked)
 
 
 @register("PlaceholderWithDefault")
@@ -99,7 +99,7 @@ def _convert_placeholder_with_default(op):
 @register("IdentityN")
 def _convert_identity_n(op):
   """Each output keeps its input's stackedness."""
-  outs = op.rebuild([v.tensor for v in op.inputs])
+  outs = op.rebuild([v.tensor for v in op.inputs], {"T": [v.tensor.dtype for v in op.inputs]})
   return [Value(t, v.stacked) for t, v in zip(outs, op.inputs)]
 
 
@@ -591,10 +591,13 @@ def _convert_zeros_like(op):
     zeros = tf.zeros_like(v.tensor.handle)
     handle_data_util.copy_handle_data(v.tensor.handle, zeros)
     return Value(UniformList(zeros, v.tensor.n), True)
-  if op.attr("T") == tf.variant:
+  dtype = op.attr("T")
+  if dtype == tf.variant and v.tensor.dtype != tf.variant:   # an Optional held as its value
+    dtype = v.tensor.dtype
+  elif dtype == tf.variant:
     raise Unvectorizable("zeros of a variant need its per-iteration contents")
   shape = tf.shape(v.tensor)[1:] if v.stacked else tf.shape(v.tensor)
-  return values.invariant(tf.zeros(shape, op.attr("T")))
+  return values.invariant(tf.zeros(shape, dtype))
 
 
 def _ones(op, shape):

@@ -455,6 +455,48 @@ def through_identities(t):
   return t
 
 
+OPTIONAL_MAKERS = ("OptionalFromValue", "OptionalNone")
+OPTIONAL_READERS = ("OptionalGetValue", "OptionalHasValue")
+
+
+def optional_payload_spec(t):
+  """The (dtype, shape) of the value the Optional `t` holds, where the graph says: what
+  makes it (`OptionalFromValue` of one tensor) or what reads it (`OptionalGetValue`'s
+  attrs); else None."""
+  source = through_identities(t)
+  if source.op.type == "OptionalFromValue" and len(source.op.inputs) == 1:
+    return source.op.inputs[0].dtype, source.op.inputs[0].shape
+  for consumer in t.consumers():
+    if consumer.type in ("Identity", "IdentityN"):
+      out = consumer.outputs[0 if consumer.type == "Identity" else list(
+          consumer.inputs).index(t)]
+      spec = optional_payload_spec(out)
+      if spec is not None:
+        return spec
+    if consumer.type == "OptionalGetValue" and len(consumer.get_attr("output_types")) == 1:
+      return (tf.as_dtype(consumer.get_attr("output_types")[0]),
+              tf.TensorShape(consumer.get_attr("output_shapes")[0]))
+  return None
+
+
+def carries_optional(t):
+  """Whether the variant `t` is an Optional: made by an Optional op, or passed on by an
+  identity, a conditional or a call from one, or read as one."""
+  if t.dtype != tf.variant:
+    return False
+  source = through_identities(t)
+  op = source.op
+  if op.type in OPTIONAL_MAKERS:
+    return True
+  if op.type == "ZerosLike":   # a gradient's zeros for an Optional output
+    return carries_optional(op.inputs[0])
+  if op.type in op_types.CONDITIONALS:
+    return any(carries_optional(g.outputs[source.value_index]) for g in branch_graphs(op))
+  if op.type in op_types.CALLS and op.type not in op_types.CONTROL_FLOW or is_legacy_call(op):
+    return carries_optional(called_graph(op).outputs[source.value_index])
+  return any(c.type in OPTIONAL_READERS for c in source.consumers())
+
+
 def is_legacy_call(op):
   """Whether `op` calls a library function by its name as its type (a legacy `Defun`)."""
   return op.type not in op_types.CALLS and find_function(op.graph, op.type) is not None

@@ -117,6 +117,12 @@ def dry_run(graph, input_flags, ctx, outputs=None, like=None):
         inputs.append(ragged.ragged(tf.compat.v1.placeholder(t.dtype, t.shape),
                                     tf.compat.v1.placeholder(tf.int32, [ctx.static_n])))
         continue
+      payload = graph_io.optional_payload_spec(t) if t.dtype == tf.variant else None
+      if payload is not None:   # an Optional, held as its value
+        dtype, shape = payload
+        shape = tf.TensorShape([ctx.static_n]).concatenate(shape) if flag else shape
+        inputs.append(Value(tf.compat.v1.placeholder(dtype, shape), bool(flag)))
+        continue
       if flag and t.dtype == tf.variant:
         inputs.append(Value(lists.placeholder(t, ctx.static_n, like and like[k].tensor,
                                               ctx.target.static_shapes), True))
@@ -166,7 +172,8 @@ def _lookup(env, tensor, user):
 # FakeParam (cond_v2's stand-in for an untaken branch's intermediate) yields uninitialized
 # memory, which a masked conditional could otherwise mix into its lanes; a copied
 # PartitionedCall would have no gradient (TensorFlow attaches it to the op it creates).
-_NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall"])
+_NEVER_COPIED = frozenset(["FakeParam", "PartitionedCall", "OptionalFromValue",
+                           "OptionalNone", "OptionalGetValue"])
 # Ops whose output size depends on the data, which XLA (TF 2.21) compiles wrongly even
 # outside any loop: a jit-compiled tf.unique gave an empty result, and tiled it crashed; a
 # tf.boolean_mask (Where) result given to every iteration came back with a garbage shape
@@ -195,7 +202,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
         f"Placeholder {op.name} in the loop body is not an input of the body; "
         "vectorize cannot feed it.")
   if (not any(v.stacked for v in inputs) and not op._is_stateful and  # pylint: disable=protected-access
-      op.type not in _NEVER_COPIED):
+      op.type not in _NEVER_COPIED and not _takes_optional_values(op, inputs)):
     return _copied(op, inputs, ctx)
   inputs = ragged.readable_inputs(op, inputs)
   converter = _dispatch(op, inputs, ctx)
@@ -204,7 +211,8 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
   try:
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
-    results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup, needed)), ctx)
+    results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup, needed)), ctx,
+                             _takes_optional_values(op, inputs))
     outputs_stacked = not isinstance(results, tf.Operation) and any(v.stacked for v in results)
     ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
     return results
@@ -308,8 +316,18 @@ def _refuse_if_it_wrote(op, graph, emitted, reason):
         "apply their writes twice.")
 
 
-def _check_results(op, results, ctx):
-  """Checks a converter's results against the op: count, dtypes; sets static shapes."""
+def _takes_optional_values(op, inputs):
+  """Whether an input the op declares a variant is a tensor of another dtype: an Optional
+  held as its value (control_flow/optionals.py), from which the op's variant outputs are
+  derived the same way (a gradient's zeros for it)."""
+  return any(t.dtype == tf.variant and isinstance(v.tensor, tf.Tensor) and
+             v.tensor.dtype != tf.variant for t, v in zip(op.inputs, inputs))
+
+
+def _check_results(op, results, ctx, optional_inputs=False):
+  """Checks a converter's results against the op: count, dtypes; sets static shapes. A
+  variant output may be an Optional held as its value where the graph shows one
+  (`graph_io.carries_optional`) or the op takes one (`optional_inputs`)."""
   if isinstance(results, tf.Operation):
     if op.outputs:
       raise ConversionError(f"Converter for {op.type} returned an Operation for {op.name}, "
@@ -326,6 +344,9 @@ def _check_results(op, results, ctx):
     if not isinstance(v, Value):
       raise ConversionError(f"Converter for {op.type} returned {type(v).__name__} for output "
                             f"{k}, not a Value.")
+    if (t.dtype == tf.variant and isinstance(v.tensor, tf.Tensor) and
+        v.tensor.dtype != tf.variant and (optional_inputs or graph_io.carries_optional(t))):
+      continue   # an Optional held as its value (control_flow/optionals.py)
     if v.tensor.dtype != t.dtype:
       raise ConversionError(
           f"Converter for {op.type} changed the dtype of output {k} of {op.name}: "

@@ -19,10 +19,7 @@ from tests.fuzz import check, ir, programs, shrink
 SEEDS = list(range(0, 50, 2)) + [62] + list(range(1130000, 1130012)) + [4200003, 4200010]
 
 # seed -> the failure kind, one line. Keep this short and honest: each is a library bug.
-KNOWN_FAILURES = {
-    62: "xla: a per-iteration slice x[i:i + 1] in a switch_case branch under a tape: XLA "
-        "broadcast RET_CHECK (<=1 vs <=0 dims); grad: Shapes (0, 3, 2) and (1, 3, 2)",
-}
+KNOWN_FAILURES = {}
 
 
 def _params():

@@ -586,11 +586,6 @@ def test_per_example_gradients_through_loaded_function(mode):
   assert_close(list(got), want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "per-example gradients through a reloaded SavedModel function with a tf.cond fail once an "
-    "eager tape has differentiated it (a normal training step): ConversionError on "
-    "OptionalFromValue (an Optional per iteration has no vectorized form; the message now "
-    "names the fixes that apply, a reload among them)"))
 def test_per_example_gradients_of_reloaded_cond_model_after_a_training_step():
   loaded = _save_load(_Restorable(cond=True))
   x = tf.constant(R(4, 3, seed=18, lo=-2, hi=2))

@@ -1341,15 +1341,6 @@ def test_gather_columns_and_autograph_if():
   check_sums_norms(got, ref_clipped(loss_fn, variables, batch, 0.7))
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "a tf.function loss_fn with a tf.cond (here from autograph) that was once "
-    "differentiated eagerly under a GradientTape (a sanity check of the loss before the "
-    "private step) cannot be vectorized afterwards: ConversionError \"Cannot vectorize op "
-    "'cond/OptionalFromValue' (OptionalFromValue) created at <loss line>: it takes or makes a "
-    "TensorList (a TensorArray) or other variant that differs per iteration ... To fix: give "
-    "the TensorArray a size and element shape ...\". The same call works when vectorize "
-    "sees the function first; the body has no TensorArray, so the fix offered does not "
-    "apply (TF rewrote the cond to output its intermediates as Optionals for the tape)"))
 def test_tf_function_loss_differentiated_eagerly_first():
   variables, batch, loss_fn = _columns_problem()
   loss_fn = tf.function(loss_fn)
@@ -1357,13 +1348,13 @@ def test_tf_function_loss_differentiated_eagerly_first():
   check_sums_norms(vclip(loss_fn, variables, batch, 0.7), ref)
 
 
-def test_tf_function_differentiated_first_is_refused_naming_the_fix():
-  """The refusal above names the Optionals and a fix that works: the undecorated function."""
+def test_tf_function_differentiated_first_and_its_python_function_agree():
+  """Both the differentiated tf.function (its conditional now outputs Optionals) and its
+  undecorated function give the loop's clipped sums."""
   variables, batch, loss_fn = _columns_problem()
   loss_fn = tf.function(loss_fn)
   ref = ref_clipped(loss_fn, variables, batch, 0.7)
-  with pytest.raises(vectorize.ConversionError, match="python_function"):
-    vclip(loss_fn, variables, batch, 0.7)
+  check_sums_norms(vclip(loss_fn, variables, batch, 0.7), ref)
   check_sums_norms(vclip(loss_fn.python_function, variables, batch, 0.7), ref)
 
 

@@ -37,6 +37,7 @@ from vectorize import lists
 from vectorize import ragged
 from vectorize import walker
 from vectorize import active_set
+from vectorize.control_flow import optionals
 from vectorize.errors import ConversionError, Unvectorizable, user_location
 from vectorize.registry import register
 from vectorize.values import Value, invariant, stack
@@ -47,6 +48,7 @@ from vectorize.values import Value, invariant, stack
 def _convert_if(op):
   graphs = graph_io.branch_graphs(op.op)
   _type_fake_lists(graphs)
+  optionals.mark_stand_ins(graphs)
   pred = op.value(0)
   if not pred.stacked:
     known = tf.get_static_value(pred.tensor)
@@ -63,6 +65,7 @@ def _convert_if(op):
 def _convert_case(op):
   graphs = graph_io.branch_graphs(op.op)
   _type_fake_lists(graphs)
+  optionals.mark_stand_ins(graphs)
   index = op.value(0)
   if not index.stacked:
     known = tf.get_static_value(index.tensor)
@@ -73,6 +76,10 @@ def _convert_case(op):
   i = index.tensor
   branch_index = tf.where((i < 0) | (i > last), last, i)   # out of range: the last branch
   return _stacked_choice(op, graphs, branch_index)
+
+
+# A branch's stand-in for a value another branch computes: only its shape matters.
+_STAND_INS = ("FakeParam", "OptionalNone")
 
 
 @register("FakeParam")
@@ -217,6 +224,7 @@ def _stacked_choice(op, graphs, branch_index):
   parts = ctx.target.active_set.split(ctx, branch_index, len(graphs))
   outputs = _shape_stand_ins(graphs, [_run_part(op, graph, part, args)
                                       for graph, part in zip(graphs, parts)])
+  outputs = optionals.flattened_where_shapes_differ(graphs, outputs)
   results = _constants_of_every_branch(op, graphs)
   same = [k for k in range(len(op.op.outputs)) if k not in sized and k not in results]
   for k in same:   # sizes the branch graphs left unknown may differ once converted
@@ -251,7 +259,7 @@ def _sizes_by_branch(op, graphs):
   for k, outs in enumerate(zip(*[g.outputs for g in graphs])):
     shapes = [t.shape for t in outs]
     _check_same_later_axes(op, k, [t.shape for t in outs
-                                   if graph_io.through_identities(t).op.type != "FakeParam"])
+                                   if graph_io.through_identities(t).op.type not in _STAND_INS])
     if any(s.rank in (None, 0) or not s[1:].is_fully_defined() for s in shapes):
       continue
     firsts = {s[0] for s in shapes}
@@ -313,7 +321,7 @@ def _shape_stand_ins(graphs, outputs):
   read it, so only its shape matters.
   """
   for k in range(len(outputs[0])):
-    fake = [graph_io.through_identities(g.outputs[k]).op.type == "FakeParam" for g in graphs]
+    fake = [graph_io.through_identities(g.outputs[k]).op.type in _STAND_INS for g in graphs]
     real = [outs[k] for outs, f in zip(outputs, fake) if not f]
     if not any(fake) or not real or not isinstance(real[0], tf.Tensor):
       continue
