@@ -53,4 +53,9 @@ CASES = [
 UNTESTED = {
     "FakeParam": "only in gradients of conditionals (an untaken branch's intermediate); "
                  "covered by the gradient tests in tests/vectorize/control_flow/test_cond.py",
+    **{t: "only in a conditional TensorFlow rewrote for its gradient (its intermediates as "
+          "Optionals); covered by tests/vectorize/control_flow/test_optionals.py"
+       for t in ("OptionalFromValue", "OptionalGetValue", "OptionalNone")},
+    "OptionalHasValue": "refuses per iteration (an Optional's presence is not held); a "
+                        "loop-invariant Optional is read as it is",
 }
