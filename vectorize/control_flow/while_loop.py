@@ -323,19 +323,26 @@ def _uniform_lists(op, body, init, flags, reads):
 
 
 def _maximum_iterations(op, body):
-  """The loop's `maximum_iterations` (while_v2 carries it as variable 1), or None.
+  """The loop's `maximum_iterations` (while_v2 carries it as variable 1; a gradient loop,
+  its forward loop's), or None.
 
   Passed on to the emitted loop: XLA needs it to differentiate a loop.
   """
   if len(op.inputs) < 2 or op.is_stacked(1) or not body.passes_through(1):
     return None
-  if "maximum_iterations" not in body.graph.inputs[1].op.name:
+  # while_v2's loops count their steps in variable 0 (a gradient loop carries its forward
+  # loop's bound, which bounds the steps it retraces; Keras passes a Max of lengths)
+  if ("maximum_iterations" not in body.graph.inputs[1].op.name and
+      not op.op.inputs[0].op.name.endswith(("loop_counter", "grad_counter"))):
     return None
   limit = op.invariant(1)
   static = tf.get_static_value(limit)
   if static is not None and static < 0:
     return None
-  return limit
+  # A bound known now as a number: while_v2 sizes a gradient's accumulators from it, which
+  # XLA needs fixed (an outer tape through pfor's loop); a tensor it cannot read would
+  # leave them unbounded ("XLA compilation requires a fixed tensor list size").
+  return int(static) if static is not None else limit
 
 
 def _shape_invariant(op, k, value, flag):
