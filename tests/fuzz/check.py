@@ -97,6 +97,10 @@ def classify_error(exc):
       return Outcome("unsupported", "Pad by per-iteration paddings at n = 0")
     if "Fallback to a sequential loop is disabled" in text:
       return Outcome("refused", headline(exc))
+    if "cannot run in a sequential loop" in text:
+      # Documented: a TensorList (TensorArray) whose elements differ per iteration in size
+      # has no vectorized form and no loop to fall back to (seeds 4600102, 4600395).
+      return Outcome("refused", headline(exc))
     if "a stateful op cannot be vectorized" in text:
       # StatefulRefusal (map_and_batch wraps it): a stateful op whose per-iteration effects
       # depend on the iterations' order (an assign of a per-iteration value).
