@@ -40,7 +40,7 @@ def test_the_end_a_branch_leaves_alone_is_the_one_value_kept_across_the_call(mon
   """Left, `build_tree` replaces the left end and the right end stays; right, the other
   way round: one select of the end left alone is saved across the call, not both ends."""
   from benchmarks.workloads import nuts       # pylint: disable=import-outside-toplevel
-  monkeypatch.setitem(nuts.TARGET, 0, "normal10")   # the benchmarks' tests set others
+  monkeypatch.setattr(nuts, "TARGET", ["normal10"])   # the benchmarks' tests set others
   program = pipeline.compile_program(nuts.nuts_step, (ir.VarType(tf.float32, (10,)),
                                                       ir.VarType(tf.int32, (2,)), FLOAT))
   pushed = [{i.var for i in b.body if isinstance(i, ir.Push)} for b in program.blocks()
