@@ -212,7 +212,7 @@ def _convert_op(op, inputs, ctx, lookup=None, needed=None):
     if converter is None:
       raise Unvectorizable(f"no converter is registered for op type {op.type}")
     results = _check_results(op, converter(OpInput(op, inputs, ctx, lookup, needed)), ctx,
-                             _takes_optional_values(op, inputs))
+                             inputs)
     outputs_stacked = not isinstance(results, tf.Operation) and any(v.stacked for v in results)
     ctx.report.add(op, "vectorized" if outputs_stacked else "invariant")
     return results
@@ -324,10 +324,10 @@ def _takes_optional_values(op, inputs):
              v.tensor.dtype != tf.variant for t, v in zip(op.inputs, inputs))
 
 
-def _check_results(op, results, ctx, optional_inputs=False):
+def _check_results(op, results, ctx, inputs=()):
   """Checks a converter's results against the op: count, dtypes; sets static shapes. A
   variant output may be an Optional held as its value where the graph shows one
-  (`graph_io.carries_optional`) or the op takes one (`optional_inputs`)."""
+  (`graph_io.carries_optional`) or the op takes one (among `inputs`)."""
   if isinstance(results, tf.Operation):
     if op.outputs:
       raise ConversionError(f"Converter for {op.type} returned an Operation for {op.name}, "
@@ -345,7 +345,8 @@ def _check_results(op, results, ctx, optional_inputs=False):
       raise ConversionError(f"Converter for {op.type} returned {type(v).__name__} for output "
                             f"{k}, not a Value.")
     if (t.dtype == tf.variant and isinstance(v.tensor, tf.Tensor) and
-        v.tensor.dtype != tf.variant and (optional_inputs or graph_io.carries_optional(t))):
+        v.tensor.dtype != tf.variant and
+        (_takes_optional_values(op, inputs) or graph_io.carries_optional(t))):
       continue   # an Optional held as its value (control_flow/optionals.py)
     if v.tensor.dtype != t.dtype:
       raise ConversionError(
