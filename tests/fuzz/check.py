@@ -323,6 +323,12 @@ def _xla_loop(loaded, n):
   return _compiled_loop(loaded, n, jit_compile=True)
 
 
+def xla_loop(program):
+  """The plain loop of `program` under XLA, or None (the runner's probe for XLA's own
+  process aborts)."""
+  return _xla_loop(Loaded(program), program.n)
+
+
 def _xla_loop_of_run_time_indices(loaded, n):
   """The loop under XLA with each index read from an argument, so that no op of the body
   is constant-folded by TF's own kernel before XLA sees it (a stateless parameterized

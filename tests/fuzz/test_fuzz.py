@@ -277,3 +277,45 @@ def test_a_body_that_cannot_be_traced_for_a_symbolic_index_is_invalid():
   loop, eager or in a graph) and cannot be traced for a symbolic index, as pfor traces it."""
   program = programs.generate(4400059)
   assert check.check(program, ("eager",)).outcomes["eager"].category == "invalid"
+
+
+class _DyingChild:
+  """A child's end of the pipe that died before answering."""
+
+  def send(self, _):
+    pass
+
+  def poll(self, _):
+    return True
+
+  def recv(self):
+    raise EOFError
+
+
+class _Proc:
+  exitcode = -6
+
+  def is_alive(self):
+    return True
+
+  def kill(self):
+    pass
+
+  def join(self):
+    pass
+
+
+@pytest.mark.parametrize("loop_aborts, category", [(True, "xla_unsupported"),
+                                                  (False, "abort")])
+def test_an_xla_abort_is_ours_only_where_the_plain_loop_survives_xla(loop_aborts, category):
+  from tests.fuzz import run  # pylint: disable=import-outside-toplevel
+
+  class Worker(run.Worker):
+    def _start(self):
+      self.conn, self.proc, self.served = _DyingChild(), _Proc(), 0
+
+    def xla_loop_aborts(self, program):
+      return loop_aborts
+
+  result = Worker(1).check(programs.generate(0), ["xla"])
+  assert result.outcomes["xla"].category == category
