@@ -312,6 +312,24 @@ def report(target, chains, first, times):
   return "\n".join(lines)
 
 
+def ceiling_table(targets, chain_counts, transitions):
+  """`nuts_chains.ceilings` of each target at its step size and at per-chain step sizes
+  (log-uniform from a quarter to 4x it: chains whose trees differ widely in depth), over
+  the first 10 transitions and all of them."""
+  from benchmarks.workloads import nuts_chains  # pylint: disable=import-outside-toplevel
+  rows = []
+  for target in targets:
+    for chains in chain_counts:
+      spread = STEP_SIZE[target] * np.exp(np.random.default_rng(3).uniform(
+          np.log(0.25), np.log(4.0), [chains, 1])).astype(np.float32)
+      for label, step in ((target, None), (f"{target}, per-chain steps", spread)):
+        counts = nuts_chains.leapfrog_counts(target, chains, transitions, step)
+        for k in sorted({10, transitions}):
+          rows.append((label, chains, k, nuts_chains.ceilings(counts[:k])))
+        print(nuts_chains.ceiling_report(rows[-2:]), flush=True)
+  return nuts_chains.ceiling_report(rows)
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--targets", default="normal10")
@@ -324,6 +342,10 @@ def main():
   parser.add_argument("--first-call-of", default=None, help=argparse.SUPPRESS)
   parser.add_argument("--forms", default=None,
                       help="only these forms (comma-separated; 'eager loop' among them)")
+  parser.add_argument("--ceiling", action="store_true",
+                      help="instead: what running chains apart can win over lockstep, from "
+                           "TFP's leapfrog counts over --transitions (also with per-chain "
+                           "step sizes, log-uniform over 4x either side)")
   parser.add_argument("--transitions", type=int, default=0,
                       help="instead: chains of this many transitions per call "
                            "(benchmarks/workloads/nuts_chains.py)")
@@ -332,6 +354,10 @@ def main():
     recursion._warm_up()  # pylint: disable=protected-access
     f = forms(args.targets, int(args.chains))[3][args.first_call_of]
     print(json.dumps(recursion.first_call_in_this_process(f)))
+    return
+  if args.ceiling:
+    print(ceiling_table(args.targets.split(","), [int(c) for c in args.chains.split(",")],
+                        args.transitions or 200), flush=True)
     return
   sections = []
   for target in args.targets.split(",") if args.first_calls else []:

@@ -108,3 +108,45 @@ def report(target, chains, transitions, times, ess):
     lines.append(f"| {form} | {call:.3f} | {call / chains / transitions * 1e6:.1f} | "
                  f"{ess[form] / call:.0f} | {ratio} |")
   return "\n".join(lines)
+
+
+def leapfrog_counts(target, chains, transitions, step_size=None):
+  """`[transitions, chains]` leapfrog steps each chain's tree took, from
+  `tfp.mcmc.NoUTurnSampler` (the same algorithm and step size as `nuts.nuts_step`;
+  `step_size`: a per-chain `[chains, 1]` one instead)."""
+  tfp = recursion.tfp_quietly()
+  theta, _, _ = nuts._inputs(target, chains)  # pylint: disable=protected-access
+  kernel = tfp.mcmc.NoUTurnSampler(
+      nuts.batch_log_prob(target),
+      nuts.STEP_SIZE[target] if step_size is None else step_size,
+      max_tree_depth=nuts.MAX_DEPTH)
+  run = tf.function(lambda: tfp.mcmc.sample_chain(
+      transitions, theta, kernel=kernel, seed=(1, 2),
+      trace_fn=lambda _, results: results.leapfrogs_taken)[1], jit_compile=True)
+  return run().numpy().astype(np.float64)
+
+
+def ceilings(counts):
+  """What running chains apart can win over lockstep, from `[transitions, chains]` leapfrog
+  counts: `apart`, for a machine whose step costs one lockstep iteration whatever its
+  members (lockstep's sum over transitions of the deepest tree, over the largest sum of one
+  chain's trees: the call waits for that chain); `work`, for one whose step costs in
+  proportion to its members (lockstep's chain-iterations over the leapfrogs the chains
+  need)."""
+  lockstep = counts.max(1).sum()
+  return {"mean": counts.mean(), "lockstep": lockstep, "slowest": counts.sum(0).max(),
+          "apart": lockstep / counts.sum(0).max(),
+          "work": lockstep * counts.shape[1] / counts.sum()}
+
+
+def ceiling_report(rows):
+  """rows: (target, chains, transitions, ceilings(...))."""
+  lines = ["| target | chains | transitions | leapfrogs per transition (mean) | lockstep "
+           "iterations | slowest chain's leapfrogs | ceiling, steps of lockstep cost | "
+           "ceiling, steps costing their members |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+  for target, chains, transitions, c in rows:
+    lines.append(f"| {target} | {chains} | {transitions} | {c['mean']:.1f} | "
+                 f"{c['lockstep']:.0f} | {c['slowest']:.0f} | {c['apart']:.2f}x | "
+                 f"{c['work']:.2f}x |")
+  return "\n".join(lines)
