@@ -26,11 +26,11 @@ def test_chains_of_several_transitions_on_the_funnel_equal_the_chains_one_by_one
   depth), and each chain's trace is its own."""
   from benchmarks.workloads import nuts_chains   # pylint: disable=import-outside-toplevel
   theta, seeds, eps = nuts._inputs("funnel10", 3)  # pylint: disable=protected-access
-  program = nuts_chains.chain_program(3)
+  program = nuts_chains.chain_program(2)
   batched = vectorize.autobatch(program, max_stack_depth=nuts.MAX_DEPTH + 1)
   got = tf.function(batched, jit_compile=True)(theta, seeds, eps)
-  assert got.shape == [3, 3, len(nuts_chains.TRACED)]
+  assert got.shape == [3, 2, len(nuts_chains.TRACED)]
   for k in range(3):
     np.testing.assert_allclose(got[k], program(theta[k], seeds[k], eps[k]),
                                rtol=1e-4, atol=1e-4)
-  assert len({float(x) for x in np.asarray(got)[:, :, 0].ravel()}) > 3   # chains moved
+  assert len({float(x) for x in np.asarray(got)[:, :, 0].ravel()}) > 2   # chains moved

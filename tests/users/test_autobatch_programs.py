@@ -16,13 +16,13 @@ import tensorflow as tf
 
 import vectorize
 
-ALL_MODES = ["eager", "function", "xla"]
+ALL_MODES = ["function", "xla"]
 # Most programs run eagerly and under XLA; a representative of each kind (integer, captured
 # tensors, parsing, graphs, float gradients, samplers, mutual recursion, tuples, the
-# depth-limit error, loops) runs inside a tf.function too. The eager form runs the VM in a
-# tf.function of autobatch's own, traced for a batch of None; the function form traces the
-# same VM for the same signature inside the caller's function, and checks failures there
-# with a graph assertion, which does not depend on the program.
+# depth-limit error, loops) runs inside a tf.function instead of eagerly. The eager form runs
+# the VM in a tf.function of autobatch's own, traced for a batch of None; the function form
+# traces the same VM for the same signature inside the caller's function, and checks failures
+# there with a graph assertion, which does not depend on the program.
 MODES = ["eager", "xla"]
 # A program whose construct another XLA run here or in tests/pc/test_autobatch.py compiles
 # runs without XLA:
