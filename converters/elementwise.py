@@ -95,14 +95,30 @@ def _convert_equality(op):
   same scalar in every iteration (False for Equal, True for NotEqual): an invariant result.
   """
   if not op.attr("incompatible_shape_error"):
-    x_shape, y_shape = op.input_shape(0), op.input_shape(1)
-    if not (x_shape.is_fully_defined() and y_shape.is_fully_defined()):
+    broadcasts = _broadcasts(op.known_input_shape(0), op.known_input_shape(1))
+    if broadcasts is None:
       raise Unvectorizable("incompatible_shape_error=False needs known per-iteration shapes")
-    try:
-      tf.broadcast_static_shape(x_shape, y_shape)
-    except ValueError:
+    if not broadcasts:
       return invariant(tf.constant(op.type == "NotEqual"))
   return [stacked(t) for t in op.rebuild(op.align_for_broadcast())]
+
+
+def _broadcasts(x_shape, y_shape):
+  """Whether two static shapes broadcast: True or False when their known dims decide it
+  (a scalar broadcasts with anything; `x[i, 1:] != 0` has no static size), else None."""
+  if x_shape.rank == 0 or y_shape.rank == 0:
+    return True
+  if x_shape.rank is None or y_shape.rank is None:
+    return None
+  decided = True
+  for a, b in zip(reversed(x_shape.as_list()), reversed(y_shape.as_list())):
+    if a == 1 or b == 1 or (a is not None and a == b):
+      continue
+    if a is None or b is None:
+      decided = None
+    else:
+      return False
+  return decided
 
 
 @register("Select")

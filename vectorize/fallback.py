@@ -47,8 +47,9 @@ def run_sequentially(op, inputs, ctx):
         "tf.concat / tf.stack of tensors instead.")
   takes_ragged = any(ragged.is_ragged(v) for v in inputs)
   handles = _handles_passed_through(op, inputs)
-  produced = [tf.TensorSpec(_shape(op, t), t.dtype) for t in op.outputs
-              if t.dtype != tf.resource]
+  known = None if takes_ragged else _shapes_from_batched_inputs(op, inputs)
+  produced = [tf.TensorSpec(_shape(op, t, known[k] if known else None), t.dtype)
+              for k, t in enumerate(op.outputs) if t.dtype != tf.resource]
   outputs = iteration_outputs.IterationOutputs(
       produced, [_varying_axes(t.shape, takes_ragged) for t in produced],
       f"op {op.name!r} ({op.type}){user_location(op)} falls back to a sequential loop, and "
@@ -80,10 +81,43 @@ def run_sequentially(op, inputs, ctx):
   return [handles[k] if k in handles else next(produced) for k in range(len(op.outputs))]
 
 
-def _shape(op, t):
-  """One iteration's static shape of output t. TensorFlow leaves the shape of a strided
-  slice with strides it cannot read (`x[i, ::s[i]]`) unknown, rank included, though its
-  spec sets the rank and the sizes of the entries it can read."""
+def _shapes_from_batched_inputs(op, inputs):
+  """The op's output shapes inferred again from its inputs' per-iteration shapes as their
+  batched values know them (`x[i, :2]` has no static size in the body's graph, but its
+  batched value has), or None. An output left unknown would come back ragged."""
+  if all(t.shape.is_fully_defined() for t in op.outputs) or any(
+      t.dtype in (tf.resource, tf.variant) for t in op.inputs) or any(
+          graph_io.function_names(op)):
+    return None
+  scratch = tf.Graph()
+  try:
+    with scratch.as_default():
+      args = []
+      for t, v in zip(op.inputs, inputs):
+        constant = tf.get_static_value(t) if t.shape.num_elements() in range(65) else None
+        if constant is not None:     # small constants: sizes and counts shapes depend on
+          args.append(tf.constant(constant, t.dtype))
+          continue
+        shape = v.tensor.shape[1:] if v.stacked and v.tensor.shape.rank else v.tensor.shape
+        if not t.shape.is_compatible_with(shape):
+          return None
+        args.append(tf.compat.v1.placeholder(t.dtype, t.shape.merge_with(shape)))
+      copy = scratch.create_op(op.type, args, [t.dtype for t in op.outputs],
+                               attrs=dict(op.node_def.attr))
+    return [t.shape for t in copy.outputs]
+  except (ValueError, TypeError, tf.errors.OpError):
+    return None
+
+
+def _shape(op, t, inferred=None):
+  """One iteration's static shape of output t, with what `inferred` knows besides.
+  TensorFlow leaves the shape of a strided slice with strides it cannot read
+  (`x[i, ::s[i]]`) unknown, rank included, though its spec sets the rank and the sizes of
+  the entries it can read."""
+  if inferred is not None and t.shape.is_compatible_with(inferred):
+    t_shape = t.shape.merge_with(inferred)
+    if t_shape.rank is not None:
+      return t_shape
   if t.shape.rank is not None or op.type != "StridedSlice":
     return t.shape
   dims = op.inputs[0].shape

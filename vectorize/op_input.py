@@ -77,6 +77,16 @@ class OpInput:
     """The per-iteration static shape of input i."""
     return self.op.inputs[i].shape
 
+  def known_input_shape(self, i):
+    """The per-iteration static shape of input i, with what its converted value knows
+    besides (a slice at the loop index, `x[i, 1:]`, has no static size in the body's graph
+    but has one once batched)."""
+    shape, value = self.input_shape(i), self.value(i)
+    converted = value.tensor.shape
+    if value.stacked:
+      converted = converted[1:] if converted.rank is not None else converted
+    return shape.merge_with(converted) if shape.is_compatible_with(converted) else shape
+
   def output_shape(self, k=0):
     """The per-iteration static shape of output k."""
     return self.op.outputs[k].shape

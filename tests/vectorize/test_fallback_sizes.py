@@ -53,3 +53,32 @@ def test_strided_slice_with_strides_per_iteration_is_ragged(body, mode, n):
   assert got.shape[0] == n
   if n:
     assert got.to_list() == want.to_list()
+
+
+LOGITS = tf.random.stateless_normal([4, 3, 5], seed=[1, 2])
+TOKENS = tf.constant([[5, 2, 7, 0], [1, 3, 3, 8], [9, 0, 0, 0], [4, 4, 0, 0]])
+
+
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_a_sequential_op_on_a_slice_at_the_index_stacks_dense(mode):
+  """`logits[i, :2]` has no static size in the body's graph (the slice's bounds are not
+  constants); its batched value has, and the sampler's loop takes its output shape from
+  there: a dense `[n, 2, 3]` as the loop's, not a RaggedTensor (nor, under XLA, a refusal)."""
+  def body(i):
+    return tf.random.stateless_categorical(LOGITS[i, :2], 3, seed=tf.stack([i, 7]))
+  fn = lambda: vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  got = tf.function(fn, jit_compile=True)() if mode == "xla" else fn()
+  assert isinstance(got, tf.Tensor) and got.shape == [4, 2, 3]
+  if mode == "eager":
+    testing.assert_allclose(got, testing.sequential(body, 4))
+
+
+def test_equality_of_a_slice_at_the_index_with_a_scalar_converts():
+  """`tokens[i, 1:] != 0` (TF's `!=` sets incompatible_shape_error=False): a scalar broadcasts
+  with any shape, so the unknown size of the slice does not matter."""
+  def body(i):
+    return TOKENS[i, 1:] != 0, TOKENS[i, 1:] == TOKENS[0, 1:]
+  got = vectorize.pfor(body, 4, fallback_to_while_loop=False)
+  for g, w in zip(got, testing.sequential(body, 4)):
+    assert isinstance(g, tf.Tensor) and g.shape == [4, 3]
+    testing.assert_allclose(g, w)
