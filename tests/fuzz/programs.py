@@ -32,6 +32,7 @@ RECURRENCES_FROM = 3_600_000  # seeds from here also draw variables the body rea
                               # writes (pattern_pool.g_state_recurrence)
 PADDINGS_FROM = 4_200_000   # seeds from here also draw pads by per-iteration paddings
 INDEX_VALUES_FROM = 4_700_000  # seeds from here also draw values of the index and constants
+INDEX_SLICES_FROM = 4_900_000  # seeds from here also draw slices at the index (`x[i, 1:]`)
 TF_DTYPE = {"float32": "tf.float32", "int32": "tf.int32", "bool": "tf.bool",
             "int64": "tf.int64", "float64": "tf.float64", "string": "tf.string",
             "state": "tf.int32", RAGGED: "tf.float32"}
@@ -524,6 +525,27 @@ class Generator(RaggedPool, LatePool, PatternPool):
         f"tf.reshape(tf.one_hot(tf.math.floormod(i, {k}), {k}), {list(shape)})",
         f"tf.reshape(tf.cast(tf.range({k}) < i, tf.float32), {list(shape)})"])
     return self.emit(form, [], shape, FLOAT, "index_value")
+
+  def g_index_slice(self):
+    """A slice at the index with constant bounds (`x[i, 1:]`, `x[i, :2]`): the body's graph
+    leaves its size unknown (its bounds are not constants), so ops after it see no static
+    shape: `!=` / `==` (incompatible_shape_error=False) and sequential ops once gave ragged
+    outputs or refused."""
+    rest = self.rand_shape(self.rng.choice([0, 0, 1]))
+    d = self.rng.randint(2, 4)
+    dtype = self.rng.choice([FLOAT, INT])
+    inp = self.new_input((d,) + rest, dtype, True)
+    lo, hi = sorted(self.rng.sample(range(d + 1), 2))
+    form, k = self.rng.choice([(f"{{0}}[i, {lo}:{hi}]", hi - lo), (f"{{0}}[i, {lo}:]", d - lo),
+                               (f"{{0}}[i, :{hi}]", hi)])
+    v = self.emit(form, [inp.name], (k,) + rest, dtype, "load")
+    if self.rng.random() < 0.5:
+      other = self.rng.choice(["0", "{1}"])
+      deps = [v.name] + ([self.operand(v.shape, dtype, exact=True).name] if other == "{1}"
+                         else [])
+      return self.emit(self.rng.choice(["{0} != %s", "{0} == %s"]) % other, deps, v.shape,
+                       BOOL, "compare")
+    return v
 
   def g_pad_per_iteration(self):
     """tf.pad by paddings that differ per iteration and add one total (session 22: a Pad
@@ -1175,6 +1197,7 @@ class Generator(RaggedPool, LatePool, PatternPool):
   RECURRENCE_WEIGHTS = [("g_state_recurrence", 10)]
   PADDINGS_WEIGHTS = [("g_pad_per_iteration", 3)]
   INDEX_VALUES_WEIGHTS = [("g_index_value", 6)]
+  INDEX_SLICES_WEIGHTS = [("g_index_slice", 5)]
   WEIGHTS = [
       ("g_unary", 10), ("g_binary", 12), ("g_add_n", 1), ("g_compare", 3), ("g_logical", 2),
       ("g_where", 3), ("g_cast", 3), ("g_reduce", 6), ("g_cumulative", 2), ("g_arg", 2),
@@ -1195,6 +1218,8 @@ class Generator(RaggedPool, LatePool, PatternPool):
                            (self.RECURRENCE_WEIGHTS if self.seed >= RECURRENCES_FROM else []) +
                            (self.PADDINGS_WEIGHTS if self.seed >= PADDINGS_FROM else []) +
                            (self.INDEX_VALUES_WEIGHTS if self.seed >= INDEX_VALUES_FROM
+                            else []) +
+                           (self.INDEX_SLICES_WEIGHTS if self.seed >= INDEX_SLICES_FROM
                             else [])))
     for _ in range(20):
       g = self.rng.choices(names, weights)[0]

@@ -131,6 +131,17 @@ def test_newest_seeds_draw_ragged_values_and_late_ops():
   assert not any(k.startswith(("ragged_", "late_")) for k in old)
 
 
+def test_index_slice_seeds_draw_slices_at_the_index_with_constant_bounds():
+  import re  # pylint: disable=import-outside-toplevel
+  sliced = re.compile(r"\[i, -?\d*:-?\d*\]")
+  new = [ir.render(programs.generate(s)) for s in range(programs.INDEX_SLICES_FROM,
+                                                        programs.INDEX_SLICES_FROM + 20)]
+  assert sum(bool(sliced.search(src)) for src in new) >= 2
+  old = [ir.render(programs.generate(s)) for s in range(programs.INDEX_SLICES_FROM - 20,
+                                                        programs.INDEX_SLICES_FROM)]
+  assert not any(sliced.search(src) for src in old)
+
+
 def test_pattern_seeds_draw_state_ragged_tensor_arrays_and_mixed_dtypes():
   start = programs.PATTERNS_FROM
   got = [programs.generate(s) for s in range(start, start + 40)]
