@@ -55,6 +55,24 @@ def with_own_gradient(op, inputs, results, ctx, lookup, convert_graph):
   return [Value(t, v.stacked) for t, v in zip(attach(*xs), results)]
 
 
+def tensors_their_gradients_read(ops):
+  """The tensors of the ops' graph that the overridden gradients of `ops` read (a
+  `tf.custom_gradient` whose gradient closes over an intermediate its output does not
+  depend on: `tf.nn.ctc_loss`'s dense form): the walker converts them too, so the gradient
+  finds their values. A gradient that cannot be traced here reads nothing."""
+  read = []
+  for op in ops:
+    if gradient_override(op) is None:
+      continue
+    try:
+      graph = _traced_gradient(op)
+    except Exception:  # pylint: disable=broad-except  (traced again, and raised, if asked for)
+      continue
+    read += [external for external, _ in graph.captures
+             if getattr(external, "graph", None) is op.graph]   # not an eager tensor
+  return read
+
+
 def _vectorized_gradient(op, inputs, results, dys, ctx, lookup, convert_graph):
   """The gradients of op's converted inputs, given the cotangents `dys` of its outputs."""
   dys = [tf.zeros_like(v.tensor) if dy is None else tf.convert_to_tensor(dy)

@@ -62,6 +62,9 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
   lookup = lambda t: env[t.ref()] if t.ref() in env else (outer(t) if outer else None)
   emitted = {}
   order = graph_io.ops_in_order(outputs, control_outputs)
+  read_by_gradients = custom_gradients.tensors_their_gradients_read(order)
+  if read_by_gradients:
+    order = graph_io.ops_in_order(outputs + read_by_gradients, control_outputs)
   needed = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
   for op in order:
     if all(t.ref() in env for t in op.outputs) and op.outputs:

@@ -57,9 +57,9 @@ tested):
   `stack()` or pass `clear_after_read=False`.
 
 Library problems found (xfail, strict):
-- the gradient of `tf.nn.ctc_loss` with dense labels, by a tape around pfor, is a
-  ConversionError ("the gradient of IdentityN ... reads ctc_loss_dense/mul_3:0, which the loop
-  body computes but none of its outputs needs");
+- (fixed) the gradient of `tf.nn.ctc_loss` with dense labels, by a tape around pfor, was a
+  ConversionError ("the gradient of IdentityN ... reads ctc_loss_dense/mul_3:0, which the
+  loop body computes but none of its outputs needs");
 - (fixed) WRONG KIND: `x[i, a:b]` (a loop index and a constant range in one slice) has no
   static shape in the body's graph: `x[i, 1:] != 0` / `==` and
   `tf.random.stateless_categorical(x[i, :2], ...)` came back as a `tf.RaggedTensor`
@@ -758,11 +758,6 @@ def test_ctc_loss_dense_labels(mode):
   check(_ctc_dense_body(_normal([4, 6, 5], 17)), 4, mode)
 
 
-@pytest.mark.xfail(strict=True, raises=vectorize.ConversionError, reason=(
-    "the gradient of tf.nn.ctc_loss with dense labels through pfor (tape around pfor) is a "
-    "ConversionError: 'The gradient of IdentityN ctc_loss_dense/IdentityN ... reads "
-    "ctc_loss_dense/mul_3:0, which the loop body computes but none of its outputs needs'; "
-    "the loop's gradient is fine"))
 def test_ctc_loss_dense_labels_gradient():
   logits = _normal([4, 6, 5], 17)
   check_grad(_ctc_dense_body(logits), 4, "eager", [logits])

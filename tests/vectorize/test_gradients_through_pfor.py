@@ -69,6 +69,14 @@ def _scaled_square(x, s):
   return x * x * s, grad
 
 
+@tf.custom_gradient
+def _identity_scaled_by_a_side_value(x):
+  """x, with a gradient scaled by an intermediate the output does not depend on (as
+  `tf.nn.ctc_loss`'s dense form keeps its gradient beside its loss)."""
+  side = tf.sin(x) * 3. + 1.
+  return tf.identity(x), lambda dy: dy * side
+
+
 # ----------------------------------------------------------------------------- custom gradients
 
 @pytest.mark.parametrize("mode", MODES)
@@ -79,6 +87,13 @@ def test_silu_custom_gradient(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_custom_gradient_is_used_not_the_forward_ops(mode):
   _check(lambda i: _straight_through_round(X[i] * 3.), [X], mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_custom_gradient_reading_a_value_the_output_does_not_need(mode):
+  """The gradient closes over `side`, which no output of the body needs: converted too
+  (it was a ConversionError asking the user to compute it on the way to the result)."""
+  _check(lambda i: _identity_scaled_by_a_side_value(X[i]), [X], mode=mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
