@@ -56,14 +56,13 @@ def with_own_gradient(op, inputs, results, ctx, lookup, convert_graph):
 
 
 def tensors_their_gradients_read(ops):
-  """The tensors of the ops' graph that the overridden gradients of `ops` read (a
-  `tf.custom_gradient` whose gradient closes over an intermediate its output does not
-  depend on: `tf.nn.ctc_loss`'s dense form): the walker converts them too, so the gradient
-  finds their values. A gradient that cannot be traced here reads nothing."""
+  """The tensors of the ops' graph that the overridden gradients of `ops` (ops with a
+  `gradient_override`) read (a `tf.custom_gradient` whose gradient closes over an
+  intermediate its output does not depend on: `tf.nn.ctc_loss`'s dense form): the walker
+  converts them too, so the gradient finds their values. A gradient that cannot be traced
+  here reads nothing."""
   read = []
   for op in ops:
-    if gradient_override(op) is None:
-      continue
     try:
       graph = _traced_gradient(op)
     except Exception:  # pylint: disable=broad-except  (traced again, and raised, if asked for)

@@ -62,9 +62,11 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
   lookup = lambda t: env[t.ref()] if t.ref() in env else (outer(t) if outer else None)
   emitted = {}
   order = graph_io.ops_in_order(outputs, control_outputs)
-  read_by_gradients = custom_gradients.tensors_their_gradients_read(order)
+  overridden = [op for op in order if custom_gradients.gradient_override(op) is not None]
+  read_by_gradients = custom_gradients.tensors_their_gradients_read(overridden)
   if read_by_gradients:
     order = graph_io.ops_in_order(outputs + read_by_gradients, control_outputs)
+    overridden = [op for op in order if custom_gradients.gradient_override(op) is not None]
   needed = {t.ref() for op in order for t in op.inputs} | {t.ref() for t in outputs}
   for op in order:
     if all(t.ref() in env for t in op.outputs) and op.outputs:
@@ -76,7 +78,7 @@ def convert_graph(graph, input_values, ctx, outputs=None, control_outputs=None,
       else:
         inputs = [_lookup(env, t, op) for t in op.inputs]
         results = _convert_op(op, inputs, ctx, lookup, needed)
-        if custom_gradients.gradient_override(op) is not None:
+        if op in overridden:
           results = custom_gradients.with_own_gradient(op, inputs, results, ctx, lookup,
                                                        convert_graph)
     emitted[op] = results
