@@ -14,6 +14,7 @@ from vectorize import iteration_outputs
 from vectorize import ragged
 from vectorize import errors
 from vectorize.errors import ConversionError, user_location
+from vectorize import values
 from vectorize.values import invariant
 
 
@@ -98,7 +99,7 @@ def _shapes_from_batched_inputs(op, inputs):
         if constant is not None:     # small constants: sizes and counts shapes depend on
           args.append(tf.constant(constant, t.dtype))
           continue
-        shape = v.tensor.shape[1:] if v.stacked and v.tensor.shape.rank else v.tensor.shape
+        shape = values.static_iteration_shape(v)
         if not t.shape.is_compatible_with(shape):
           return None
         args.append(tf.compat.v1.placeholder(t.dtype, t.shape.merge_with(shape)))

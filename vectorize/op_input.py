@@ -81,10 +81,7 @@ class OpInput:
     """The per-iteration static shape of input i, with what its converted value knows
     besides (a slice at the loop index, `x[i, 1:]`, has no static size in the body's graph
     but has one once batched)."""
-    shape, value = self.input_shape(i), self.value(i)
-    converted = value.tensor.shape
-    if value.stacked:
-      converted = converted[1:] if converted.rank is not None else converted
+    shape, converted = self.input_shape(i), values.static_iteration_shape(self.value(i))
     return shape.merge_with(converted) if shape.is_compatible_with(converted) else shape
 
   def output_shape(self, k=0):

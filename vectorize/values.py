@@ -106,6 +106,12 @@ def loop_length(ctx):
   return ctx.static_n if ctx.static_n is not None else ctx.n
 
 
+def static_iteration_shape(value):
+  """The static shape of one iteration of `value` (a stacked value's loop axis dropped)."""
+  shape = value.tensor.shape
+  return shape[1:] if value.stacked and shape.rank is not None else shape
+
+
 def per_iteration_shape(value, out_type=tf.int32):
   """The shape vector of one iteration of `value`: a stacked value's loop axis dropped."""
   shape = tf.shape(value.tensor, out_type=out_type)
